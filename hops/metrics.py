@@ -1,0 +1,136 @@
+"""The single implementation of every headline metric, applied to any Timeline.
+
+Definitions follow DESIGN.md: leading warm-up iterations (wall time >= 3x the
+median of the iterations after them) are dropped, and everything is measured
+over the window spanned by the iterations that remain.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .timeline import Timeline
+
+WARMUP_FACTOR = 3.0
+BACKWARD_PHASES = ("B", "BW", "W")
+
+
+def union_length(start: np.ndarray, end: np.ndarray) -> float:
+    """Total time covered by possibly-overlapping intervals (overlap is not double counted)."""
+    if len(start) == 0:
+        return 0.0
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    prev_end = np.concatenate(([-np.inf], np.maximum.accumulate(e)[:-1]))
+    return float(np.sum(np.clip(e - np.maximum(s, prev_end), 0.0, None)))
+
+
+def iteration_walls(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(iteration ids, start ms, wall ms): wall runs to the next iteration's start, so
+    per-iteration dead time between iterations is charged to the iteration before it."""
+    work = tl.iteration >= 0
+    ids = np.unique(tl.iteration[work])
+    if len(ids) == 0:
+        return ids, np.zeros(0), np.zeros(0)
+    starts = np.array([tl.start_ms[work & (tl.iteration == i)].min() for i in ids])
+    ends = np.array([tl.end_ms[work & (tl.iteration == i)].max() for i in ids])
+    walls = np.append(np.diff(starts), ends[-1] - starts[-1])
+    return ids, starts, walls
+
+
+def warmup_iterations(walls: np.ndarray) -> int:
+    """How many leading iterations the warm-up rule drops (never all of them)."""
+    n = 0
+    while n < len(walls) - 1 and walls[n] >= WARMUP_FACTOR * np.median(walls[n + 1:]):
+        n += 1
+    return n
+
+
+def measured_window(tl: Timeline) -> tuple[Timeline, float, float]:
+    """The Timeline restricted to kept iterations, with the window start and end (ms)."""
+    ids, starts, walls = iteration_walls(tl)
+    if len(ids) == 0:
+        raise ValueError("timeline has no iterations to measure")
+    drop = warmup_iterations(walls)
+    kept = ids[drop:]
+    t0 = float(starts[drop])
+    t1 = float(starts[-1] + walls[-1])
+    mask = np.isin(tl.iteration, kept) | ((tl.iteration < 0) & (tl.start_ms >= t0) & (tl.end_ms <= t1))
+    return tl.select(mask), t0, t1
+
+
+def _busy_by(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, float]:
+    return {str(k): union_length(start[keys == k], end[keys == k]) for k in np.unique(keys)}
+
+
+def summarize(tl: Timeline) -> dict:
+    """Headline metrics of a Timeline; JSON-ready, keys as in the summary.json contract."""
+    w, t0, t1 = measured_window(tl)
+    window = t1 - t0
+    compute = w.kind == "compute"
+    transfer = w.kind == "transfer"
+
+    stage_busy = [union_length(w.start_ms[compute & (w.stage == s)], w.end_ms[compute & (w.stage == s)])
+                  for s in range(tl.n_stages)]
+    device_busy = _busy_by(w.device[compute], w.start_ms[compute], w.end_ms[compute])
+    links = np.char.add(np.char.add(w.src[transfer], "->"), w.dst[transfer]) if transfer.any() else np.array([], str)
+    link_busy = _busy_by(links, w.start_ms[transfer], w.end_ms[transfer])
+
+    mbs = np.unique(w.microbatch[compute & (w.microbatch >= 0)])
+    latencies = _microbatch_latencies(w)
+    compute_ms = float(np.sum(w.end_ms[compute] - w.start_ms[compute]))
+    transfer_ms = float(np.sum(w.end_ms[transfer] - w.start_ms[transfer]))
+    n_iter = len(np.unique(w.iteration[w.iteration >= 0]))
+    per_s = len(mbs) / (window / 1000.0) if window > 0 else 0.0
+
+    return {
+        "throughput": {
+            "microbatches_per_s": per_s,
+            "samples_per_s": per_s * tl.samples_per_microbatch,
+            "iterations_per_s": n_iter / (window / 1000.0) if window > 0 else 0.0,
+        },
+        "latency_ms": {
+            "mean": float(np.mean(latencies)) if len(latencies) else 0.0,
+            "p50": float(np.percentile(latencies, 50)) if len(latencies) else 0.0,
+            "p99": float(np.percentile(latencies, 99)) if len(latencies) else 0.0,
+        },
+        "makespan_ms": window,
+        "bubble_ratio": 1.0 - sum(stage_busy) / (tl.n_stages * window) if window > 0 else 0.0,
+        "bubble_per_stage": [1.0 - b / window for b in stage_busy] if window > 0 else [],
+        "utilization": {
+            "per_stage": {str(s): b / window for s, b in enumerate(stage_busy)},
+            "per_device": {d: b / window for d, b in sorted(device_busy.items())},
+            "per_link": {k: b / window for k, b in sorted(link_busy.items())},
+        },
+        "communication_overhead": transfer_ms / compute_ms if compute_ms > 0 else 0.0,
+        "window": {
+            "start_ms": t0, "end_ms": t1, "iterations": n_iter,
+            "warmup_iterations_dropped": int(len(np.unique(tl.iteration[tl.iteration >= 0])) - n_iter),
+            "completed_microbatches": int(len(mbs)),
+        },
+    }
+
+
+def _microbatch_latencies(w: Timeline) -> np.ndarray:
+    """First forward start to last backward end, per microbatch seen complete in the window."""
+    compute = (w.kind == "compute") & (w.microbatch >= 0)
+    fwd = compute & (w.phase == "F")
+    bwd = compute & np.isin(w.phase, BACKWARD_PHASES)
+    if not fwd.any() or not bwd.any():
+        return np.zeros(0)
+    n = int(w.microbatch[compute].max()) + 1
+    first = np.full(n, np.inf)
+    last = np.full(n, -np.inf)
+    np.minimum.at(first, w.microbatch[fwd], w.start_ms[fwd])
+    np.maximum.at(last, w.microbatch[bwd], w.end_ms[bwd])
+    ok = np.isfinite(first) & np.isfinite(last)
+    return (last - first)[ok]
+
+
+def phase_totals(tl: Timeline) -> dict[tuple[int, str], float]:
+    """Total compute ms per (stage, phase) inside the measured window; scoring compares these."""
+    w, _, _ = measured_window(tl)
+    compute = w.kind == "compute"
+    out: dict[tuple[int, str], float] = {}
+    for s, ph, dur in zip(w.stage[compute], w.phase[compute], (w.end_ms - w.start_ms)[compute]):
+        out[(int(s), str(ph))] = out.get((int(s), str(ph)), 0.0) + float(dur)
+    return out

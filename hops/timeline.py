@@ -1,0 +1,101 @@
+"""The one shape every run takes: a simulated run and a measured trace both end here.
+
+Metrics, plots and scoring read only a Timeline, so "simulated" and "measured"
+are computed by the same code and cannot drift apart by definition.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+KINDS = ("compute", "transfer", "optimizer", "allreduce", "failure")
+PHASES = ("F", "B", "W", "BW", "OPT", "")
+EVENTS_CSV_HEADER = ("kind", "stage", "device", "microbatch", "phase", "start_ms", "end_ms", "src", "dst")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Columnar event table (one row per task) plus the pipeline layout it ran on.
+
+    `microbatch` is global across iterations (iteration * microbatches + index), so
+    a microbatch keeps its identity; `iteration` says which optimizer step it fed.
+    Rows without a stage, microbatch or link use -1 / "".
+    """
+
+    kind: np.ndarray
+    stage: np.ndarray
+    device: np.ndarray
+    microbatch: np.ndarray
+    phase: np.ndarray
+    start_ms: np.ndarray
+    end_ms: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    iteration: np.ndarray
+    stage_devices: tuple[str, ...]
+    microbatches_per_iteration: int
+    samples_per_microbatch: int = 1
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_rows(cls, rows: dict[str, list], *, stage_devices, microbatches_per_iteration,
+                  samples_per_microbatch=1, meta=None) -> "Timeline":
+        """Build from equal-length column lists; rows are sorted by (start, end) for stable output."""
+        n = len(rows["kind"])
+        for name in EVENTS_CSV_HEADER + ("iteration",):
+            if len(rows[name]) != n:
+                raise ValueError(f"timeline column {name!r} has {len(rows[name])} rows, expected {n}")
+        start = np.asarray(rows["start_ms"], dtype=np.float64)
+        end = np.asarray(rows["end_ms"], dtype=np.float64)
+        stage = np.asarray(rows["stage"], dtype=np.int64)
+        order = np.lexsort((stage, end, start)) if n else np.arange(0)
+
+        def col(name, dtype=None):
+            arr = np.asarray(rows[name], dtype=dtype) if n else np.asarray([], dtype=dtype or np.str_)
+            return arr[order]
+
+        return cls(
+            kind=col("kind", np.str_), stage=stage[order], device=col("device", np.str_),
+            microbatch=col("microbatch", np.int64), phase=col("phase", np.str_),
+            start_ms=start[order], end_ms=end[order], src=col("src", np.str_), dst=col("dst", np.str_),
+            iteration=col("iteration", np.int64), stage_devices=tuple(stage_devices),
+            microbatches_per_iteration=int(microbatches_per_iteration),
+            samples_per_microbatch=int(samples_per_microbatch), meta=dict(meta or {}),
+        )
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.stage_devices)
+
+    def select(self, mask: np.ndarray) -> "Timeline":
+        """Rows where mask holds, same layout."""
+        return Timeline(
+            kind=self.kind[mask], stage=self.stage[mask], device=self.device[mask],
+            microbatch=self.microbatch[mask], phase=self.phase[mask], start_ms=self.start_ms[mask],
+            end_ms=self.end_ms[mask], src=self.src[mask], dst=self.dst[mask], iteration=self.iteration[mask],
+            stage_devices=self.stage_devices, microbatches_per_iteration=self.microbatches_per_iteration,
+            samples_per_microbatch=self.samples_per_microbatch, meta=self.meta,
+        )
+
+    def to_frame(self):
+        """pandas DataFrame view (pandas imported lazily: the core stays light)."""
+        import pandas as pd
+
+        return pd.DataFrame({name: getattr(self, name) for name in EVENTS_CSV_HEADER + ("iteration",)})
+
+    def write_csv(self, path: str | Path) -> None:
+        """events.csv with the exact contract header; floats at µs resolution so output is byte-stable."""
+        with open(path, "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(EVENTS_CSV_HEADER)
+            for i in range(len(self)):
+                w.writerow((
+                    self.kind[i], int(self.stage[i]), self.device[i], int(self.microbatch[i]), self.phase[i],
+                    f"{self.start_ms[i]:.6f}", f"{self.end_ms[i]:.6f}", self.src[i], self.dst[i],
+                ))
