@@ -1,0 +1,109 @@
+"""Point-to-point link benchmarks -> per-link latency/bandwidth overrides.
+
+Model: time_ms = latency_ms + size_mb / bandwidth_gbps (MB per ms is GB/s, with
+MB the same unit as the scenario's *_mb fields, so the simulator reproduces the
+benchmark exactly when it applies the fit to a message of the same size).
+
+Only the sender's view (rank 0) is fitted: the receiver's clock starts when it
+posts its receive, which folds the sender's launch skew into its timings (its
+rows show much larger spread for the same message).
+
+With several sizes, ordinary least squares of p50 on size. Clamps, and why:
+- a negative intercept is a fitting artefact (protocol switches between small
+  and large messages bend the curve); a link cannot deliver before it starts,
+  so α is clamped to 0 and β refitted through the origin on the same points;
+- a non-positive slope means the sizes were too close for the noise; then β is
+  the mean of size/time over the points (the latency-free throughput), which
+  is always positive and never claims more speed than any measurement showed.
+With one size α and β cannot be separated; we set α = 0 and β = size/p50 so the
+single measured point is reproduced exactly. That attributes all time to
+bandwidth, i.e. it is pessimistic for smaller messages and exact at that size.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import TraceError
+from .megatron import stage_map
+
+SENDER_RANK = 0
+PAIR_RE = re.compile(r"pair_(\d+)_(\d+)\.jsonl$")
+
+
+def _sender_points(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(size_mb, p50_ms) for the sender rank, one point per size (last row wins on repeats)."""
+    points: dict[float, float] = {}
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text.startswith("{"):
+                continue  # NCCL banners and other launcher noise
+            where = f"{path}:{lineno}"
+            try:
+                rec = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{where}: invalid JSON ({exc.msg}), expected one benchmark row per line") from None
+            if not isinstance(rec, dict):
+                raise TraceError(f"{where}: row is {type(rec).__name__}, expected a JSON object")
+            for name in ("rank", "size_mb", "p50_ms"):
+                if name not in rec:
+                    raise TraceError(f"{where}: missing field {name!r}, expected rank, size_mb and p50_ms")
+                if not isinstance(rec[name], (int, float)) or isinstance(rec[name], bool):
+                    raise TraceError(f"{where}: field {name!r} is {rec[name]!r}, expected a number")
+            if rec["rank"] != SENDER_RANK:
+                continue
+            if rec["size_mb"] <= 0 or rec["p50_ms"] <= 0:
+                raise TraceError(f"{where}: size_mb={rec['size_mb']} p50_ms={rec['p50_ms']}, expected both > 0")
+            points[float(rec["size_mb"])] = float(rec["p50_ms"])
+    if not points:
+        raise TraceError(f"{path}: no rows from sender rank {SENDER_RANK}, expected at least one size_mb/p50_ms row")
+    sizes = np.array(sorted(points))
+    return sizes, np.array([points[s] for s in sizes])
+
+
+def fit_alpha_beta(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float, str]:
+    """(latency_ms, bandwidth_gbps, method) for time = α + size/β, physically clamped."""
+    if len(sizes) == 1:
+        return 0.0, float(sizes[0] / times[0]), "single_size_zero_latency"
+    slope, alpha = np.polyfit(sizes, times, 1)
+    if slope > 0 and alpha >= 0:
+        return float(alpha), float(1.0 / slope), "least_squares"
+    if slope > 0:
+        through_origin = float(np.dot(sizes, times) / np.dot(sizes, sizes))
+        return 0.0, 1.0 / through_origin, "least_squares_zero_latency"
+    return 0.0, float(np.mean(sizes / times)), "mean_throughput"
+
+
+def fit_link_bench(fixture_dir: str | Path) -> list[dict]:
+    """One fit per benchmarked stage pair i->j, in pair order."""
+    fixture_dir = Path(fixture_dir)
+    bench = fixture_dir / "calibration" / "link_bench"
+    devices = stage_map(fixture_dir)
+    fits = []
+    for path in sorted(bench.glob("pair_*_*.jsonl"), key=lambda p: tuple(map(int, PAIR_RE.search(p.name).groups()))
+                       if PAIR_RE.search(p.name) else (1 << 30, 0)):
+        m = PAIR_RE.search(path.name)
+        if not m:
+            raise TraceError(f"{path}: unexpected file name, expected pair_<i>_<j>.jsonl with stage numbers")
+        i, j = int(m.group(1)), int(m.group(2))
+        if max(i, j) >= len(devices):
+            raise TraceError(f"{path}: stage pair {i},{j} not in hops_trace_map.json, expected 0..{len(devices) - 1}")
+        sizes, times = _sender_points(path)
+        alpha, beta, method = fit_alpha_beta(sizes, times)
+        fits.append({"src": devices[i], "dst": devices[j], "latency_ms": alpha, "bandwidth_gbps": beta,
+                     "sizes_mb": [float(s) for s in sizes], "source": "link_bench", "method": method})
+    return fits
+
+
+def link_overrides(fixture_dir: str | Path) -> dict:
+    """Scenario `overrides` fragment; both directions share a fit because only i->j was timed."""
+    links = []
+    for fit in fit_link_bench(fixture_dir):
+        for src, dst in ((fit["src"], fit["dst"]), (fit["dst"], fit["src"])):
+            links.append({"src": src, "dst": dst, "latency_ms": fit["latency_ms"],
+                          "bandwidth_gbps": fit["bandwidth_gbps"]})
+    return {"links": links}
