@@ -58,8 +58,22 @@ def measured_window(tl: Timeline) -> tuple[Timeline, float, float]:
     return tl.select(mask), t0, t1
 
 
-def _busy_by(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, float]:
-    return {str(k): union_length(start[keys == k], end[keys == k]) for k in np.unique(keys)}
+def grouped_union(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, float]:
+    """union_length per key in one vectorized pass: groups are laid end to end on the time
+    axis (offset by more than the whole span) so one running max never crosses groups."""
+    if len(keys) == 0:
+        return {}
+    names = np.unique(keys)  # hash-based without an inverse; codes by binary search is far cheaper
+    group = np.searchsorted(names, keys)
+    span = float(end.max() - start.min()) + 1.0
+    shift = group * span * 2.0 - start.min()
+    s, e = start + shift, end + shift
+    order = np.lexsort((s, group))
+    s, e, g = s[order], e[order], group[order]
+    prev_end = np.concatenate(([-np.inf], np.maximum.accumulate(e)[:-1]))
+    covered = np.clip(e - np.maximum(s, prev_end), 0.0, None)
+    totals = np.bincount(g, weights=covered, minlength=len(names))
+    return {str(k): float(v) for k, v in zip(names.tolist(), totals)}
 
 
 def summarize(tl: Timeline) -> dict:
@@ -69,11 +83,16 @@ def summarize(tl: Timeline) -> dict:
     compute = w.kind == "compute"
     transfer = w.kind == "transfer"
 
-    stage_busy = [union_length(w.start_ms[compute & (w.stage == s)], w.end_ms[compute & (w.stage == s)])
-                  for s in range(tl.n_stages)]
-    device_busy = _busy_by(w.device[compute], w.start_ms[compute], w.end_ms[compute])
-    links = np.char.add(np.char.add(w.src[transfer], "->"), w.dst[transfer]) if transfer.any() else np.array([], str)
-    link_busy = _busy_by(links, w.start_ms[transfer], w.end_ms[transfer])
+    by_stage = grouped_union(w.stage[compute], w.start_ms[compute], w.end_ms[compute])
+    stage_busy = [by_stage.get(str(s), 0.0) for s in range(tl.n_stages)]
+    device_busy = grouped_union(w.device[compute], w.start_ms[compute], w.end_ms[compute])
+    link_busy = {}
+    if transfer.any():
+        ends = np.unique(np.concatenate([w.src[transfer], w.dst[transfer]]))
+        code = np.searchsorted(ends, w.src[transfer]) * len(ends) + np.searchsorted(ends, w.dst[transfer])
+        names = [f"{a}->{b}" for a in ends.tolist() for b in ends.tolist()]
+        link_busy = {names[int(k)]: v for k, v in
+                     grouped_union(code, w.start_ms[transfer], w.end_ms[transfer]).items()}
 
     mbs = np.unique(w.microbatch[compute & (w.microbatch >= 0)])
     latencies = _microbatch_latencies(w)

@@ -1,0 +1,78 @@
+"""`hops.simulate`: scenario in, Result (summary + Timeline) out. No Hydra, no MLflow here."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import engine
+from .compute import stage_layers
+from .hardware import Catalog, Topology
+from .metrics import summarize
+from .scenario import Scenario, load_scenario
+from .timeline import Timeline
+
+
+@dataclass
+class Result:
+    scenario: Scenario
+    summary: dict
+    timeline: Timeline
+    extras: dict = field(default_factory=dict)
+
+    def write(self, out_dir: str | Path) -> dict[str, Path]:
+        """summary.json and events.csv (byte-identical for the same scenario and seed)."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"summary": out / "summary.json"}
+        paths["summary"].write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
+        if self.scenario.output.get("events", True):
+            paths["events"] = out / "events.csv"
+            self.timeline.write_csv(paths["events"])
+        return paths
+
+
+def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None = None) -> Result:
+    """Simulate a scenario (dict, OmegaConf config, path or Scenario) with the given seed."""
+    catalog = catalog or Catalog.load()
+    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, catalog)
+    seed = sc.seed if seed is None else int(seed)
+    topo = Topology(sc, catalog)
+    res = engine.run(sc, catalog, seed, topology=topo)
+    summary = summarize(res.timeline)
+    summary.update({
+        "schedule": sc.schedule,
+        "scheduler_effective": getattr(getattr(res.scheduler, "chosen", None), "name", res.scheduler.name),
+        "seed": seed,
+        "stages": [{"stage": i, "device": st.device, "gpu": topo.devices[st.device].gpu,
+                    "expected_ms": {"F": e.f, "B": e.b, "W": e.w, "BW": e.bw}, "layers": e.layers}
+                   for i, (st, e) in enumerate(zip(sc.stages, res.expected))],
+        "peak_in_flight": res.peak_in_flight,
+        "link_contention": res.link_stats,
+        "activation_mb": res.extras["activation_mb"],
+        "model_fingerprint": catalog.fingerprint(),
+    })
+    summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"]))
+    return Result(sc, summary, res.timeline, res.extras)
+
+
+def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float) -> dict:
+    """Peak memory per device: weights + optimizer state + activations the schedule held at its peak."""
+    m = catalog.model
+    peak: dict[str, float] = {}
+    for i, st in enumerate(sc.stages):
+        if st.activation_memory_mb is not None:
+            act = st.activation_memory_mb
+        else:
+            layers = stage_layers(sc, st, m)
+            if layers and sc.hidden_dim and sc.seq_len:
+                act = layers * sc.seq_len * sc.hidden_dim * sc.micro_batch_size * \
+                    m["activation_bytes_per_token_hidden"] / 1e6
+            else:
+                act = msg_mb
+        opt = st.weights_mb * m["optimizer_bytes_per_weight_byte"] if sc.optimizer_enabled else 0.0
+        peak[st.device] = peak.get(st.device, 0.0) + st.weights_mb + opt + peak_in_flight[i] * act
+    capacity = {d: topo.devices[d].memory_gb * 1000.0 for d in peak}
+    return {"peak_memory_mb": dict(sorted(peak.items())), "memory_capacity_mb": dict(sorted(capacity.items())),
+            "memory_over_capacity": sorted(d for d in peak if peak[d] > capacity[d])}

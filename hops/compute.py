@@ -1,0 +1,129 @@
+"""Per-stage compute latency: the seed's roofline baseline, or user-given distributions.
+
+Analytical stages use
+    t = max(t_compute, t_memory, L * k_floor) + t_launch
+where L (transformer layers on the stage) is estimated from the stage's FLOPs. Backward
+scales the compute and memory terms by ``backward_factor`` but not the dispatch floor: the
+number of kernel launches per layer does not double in the backward pass. The last stage
+also runs the LM head (2*s*h*V FLOPs, reading the h*V weights), the first stage pays the
+embedding overhead. All constants come from ``presets/model.yaml`` via the Catalog.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .scenario import Distribution, Scenario
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Expected per-microbatch times (ms): forward, split backward (B, W) and fused backward."""
+
+    f: float
+    b: float
+    w: float
+    bw: float
+    layers: float
+
+
+def stage_layers(scenario: Scenario, stage, model) -> float:
+    """Layers on a stage: given, or estimated as FLOPs / (coeff * s * h^2 * micro-batch)."""
+    if stage.layers is not None:
+        return stage.layers
+    if stage.compute.mode != "analytical" or not scenario.hidden_dim or not scenario.seq_len:
+        return 0.0
+    per_layer = model["flops_per_layer_token_coeff"] * scenario.seq_len * scenario.hidden_dim ** 2
+    return stage.compute.tflop * 1e12 / (per_layer * scenario.micro_batch_size)
+
+
+class ComputeModel:
+    """Resolves every stage to expected F/B/W/BW times and draws jittered samples from them."""
+
+    def __init__(self, scenario: Scenario, topology, catalog):
+        self.scenario = scenario
+        self.model = catalog.model
+        self.devices = [topology.devices[s.device] for s in scenario.stages]
+        self.expected = [self._expected(i) for i in range(scenario.n_stages)]
+
+    def _expected(self, i: int) -> StageTimes:
+        s, st, dev, m = self.scenario, self.scenario.stages[i], self.devices[i], self.model
+        layers = stage_layers(s, st, m)
+        if st.compute.mode == "distribution":
+            c = st.compute
+            f = c.forward.mean_ms
+            bw = c.backward.mean_ms if c.backward else c.backward_b.mean_ms + c.backward_w.mean_ms
+            b = c.backward_b.mean_ms if c.backward_b else bw * s.activation_grad_fraction
+            w = c.backward_w.mean_ms if c.backward_w else bw - b
+            return StageTimes(f * dev.slowdown, b * dev.slowdown, w * dev.slowdown, bw * dev.slowdown, layers)
+
+        peak = dev.peak_tflops
+        t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"]
+        t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps
+        last, first = i == s.n_stages - 1, i == 0
+        if last and m["lm_head"] and s.hidden_dim and s.seq_len:
+            vocab = s.vocab_size or m["vocab_size"]
+            lm_flops = 2.0 * s.seq_len * s.hidden_dim * vocab * s.micro_batch_size
+            t_c += lm_flops / (peak * 1e12) * 1000.0 * m["compute_time_coefficient"]
+            lm_bytes = s.hidden_dim * vocab * m["bytes_per_element"][s.precision]
+            t_m += lm_bytes / 1e6 / dev.memory_bandwidth_gbps
+        floor = layers * m["k_floor_ms"]
+        launch = dev.launch_overhead_ms
+        embed = m["embedding_overhead_ms"] if first and s.hidden_dim and s.seq_len else 0.0
+        k = s.backward_factor
+        a = s.activation_grad_fraction
+        split_floor = floor * m["backward_split_floor_factor"]
+        f = max(t_c, t_m, floor) + launch + embed
+        bw = max(k * t_c, k * t_m, floor) + launch
+        b = max(a * k * t_c, a * k * t_m, split_floor) + launch
+        w = max((1 - a) * k * t_c, (1 - a) * k * t_m, split_floor) + launch
+        sd = dev.slowdown
+        return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[dict[str, np.ndarray]]:
+        """n draws per stage and phase, in a fixed order so a seed gives the same bytes."""
+        out = []
+        jitter = self.scenario.compute_jitter
+        for i, st in enumerate(self.scenario.stages):
+            e = self.expected[i]
+            c = st.compute
+            if c.mode == "distribution":
+                sd = self.devices[i].slowdown
+                f = draw(c.forward, rng, n) * sd
+                if c.backward is not None:
+                    bw = draw(c.backward, rng, n) * sd
+                    b = draw(c.backward_b, rng, n) * sd if c.backward_b else bw * (e.b / e.bw)
+                    w = draw(c.backward_w, rng, n) * sd if c.backward_w else bw - b
+                else:
+                    b = draw(c.backward_b, rng, n) * sd
+                    w = draw(c.backward_w, rng, n) * sd
+                    bw = b + w
+            else:
+                f, b, w, bw = (np.full(n, v) for v in (e.f, e.b, e.w, e.bw))
+                if jitter > 0:
+                    f, b, w, bw = (x * lognormal_unit(rng, jitter, n) for x in (f, b, w, bw))
+            out.append({"F": f, "B": b, "W": w, "BW": bw})
+        return out
+
+
+def lognormal_unit(rng: np.random.Generator, cv: float, n: int) -> np.ndarray:
+    """Multiplicative noise with mean 1 and coefficient of variation cv."""
+    sigma2 = np.log1p(cv * cv)
+    return rng.lognormal(-sigma2 / 2.0, np.sqrt(sigma2), n)
+
+
+def draw(dist: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
+    p = dist.params
+    if dist.kind == "constant":
+        return np.full(n, p["ms"])
+    if dist.kind == "normal":
+        return np.clip(rng.normal(p["mean_ms"], p["std_ms"], n), 0.0, None)
+    if dist.kind == "lognormal":
+        return p["mean_ms"] * lognormal_unit(rng, p["cv"], n)
+    if dist.kind == "pareto":
+        # Lomax-shifted Pareto with the requested mean: x_m * (1 + Lomax(shape)), x_m = mean*(shape-1)/shape
+        shape = p["shape"]
+        x_m = p["mean_ms"] * (shape - 1.0) / shape
+        return x_m * (1.0 + rng.pareto(shape, n))
+    raise ValueError(dist.kind)

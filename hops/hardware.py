@@ -1,0 +1,164 @@
+"""Hardware as data: preset catalogs (devices, interconnects, model constants) and the
+topology a scenario resolves them into.
+
+Presets live in ``hops/presets/*.yaml`` so that changing a constant is a reviewed diff to
+data with a citation next to it, and what-if questions ("what if the A10G had 500 GB/s?")
+are a dotted override (``devices.a10g.memory_bandwidth_gbps=500``) rather than a code edit.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from .errors import HopsError
+
+PRESET_DIR = Path(__file__).parent / "presets"
+CATALOG_FILES = {"devices": "devices.yaml", "interconnects": "interconnects.yaml", "model": "model.yaml"}
+
+
+class CatalogError(HopsError, ValueError):
+    """A --set / override path does not exist in the catalog or has the wrong type."""
+
+
+@dataclass(frozen=True)
+class Catalog:
+    devices: Mapping[str, Mapping[str, float]]
+    interconnects: Mapping[str, Mapping[str, float]]
+    model: Mapping[str, Any]
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any] | Iterable[str] | None = None, preset_dir: Path = PRESET_DIR):
+        data = {key: yaml.safe_load((preset_dir / name).read_text()) for key, name in CATALOG_FILES.items()}
+        for path, value in _normalize_overrides(overrides):
+            _set_dotted(data, path, value)
+        return cls(**data)
+
+    def fingerprint(self) -> str:
+        """Stable hash of every value the model reads: identical numbers, identical fingerprint."""
+        blob = json.dumps({"devices": self.devices, "interconnects": self.interconnects, "model": self.model},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def as_dict(self) -> dict:
+        return copy.deepcopy({"devices": dict(self.devices), "interconnects": dict(self.interconnects),
+                              "model": dict(self.model)})
+
+
+def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
+    if not overrides:
+        return []
+    if isinstance(overrides, Mapping):
+        return list(overrides.items())
+    out = []
+    for item in overrides:
+        if "=" not in item:
+            raise CatalogError(f"override {item!r}: expected KEY=VALUE, e.g. model.k_floor_ms=1.2")
+        key, raw = item.split("=", 1)
+        out.append((key.strip(), yaml.safe_load(raw)))
+    return out
+
+
+def _set_dotted(data: dict, path: str, value: Any) -> None:
+    parts = path.split(".")
+    if parts[0] not in CATALOG_FILES:
+        raise CatalogError(f"override {path!r}: expected a path under {', '.join(CATALOG_FILES)}")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        if not isinstance(node, dict) or part not in node:
+            known = ", ".join(sorted(node)) if isinstance(node, dict) else "nothing"
+            raise CatalogError(f"override {path!r}: unknown key {'.'.join(parts[:i + 1])!r}; known: {known}")
+        node = node[part]
+    leaf = parts[-1]
+    if not isinstance(node, dict) or leaf not in node:
+        known = ", ".join(sorted(node)) if isinstance(node, dict) else "nothing"
+        raise CatalogError(f"override {path!r}: unknown key {leaf!r}; known: {known}")
+    old = node[leaf]
+    if isinstance(old, (int, float)) and not isinstance(old, bool):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise CatalogError(f"override {path!r}: expected a number, got {value!r}")
+    elif isinstance(old, bool) and not isinstance(value, bool):
+        raise CatalogError(f"override {path!r}: expected true or false, got {value!r}")
+    node[leaf] = value
+
+
+@dataclass(frozen=True)
+class DeviceParams:
+    id: str
+    gpu: str
+    node: str
+    peak_tflops: float
+    memory_bandwidth_gbps: float
+    memory_gb: float
+    launch_overhead_ms: float
+    mtbf_hours: float
+    slowdown: float = 1.0
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    src: str
+    dst: str
+    latency_ms: float
+    bandwidth_gbps: float
+    jitter: float
+    kind: str  # preset name, or "measured"
+
+    @property
+    def name(self) -> str:
+        return f"{self.src}->{self.dst}"
+
+    def transfer_ms(self, size_mb: float) -> float:
+        """alpha-beta model: latency + bytes / bandwidth (MB / (GB/s) = ms)."""
+        return self.latency_ms + size_mb / self.bandwidth_gbps
+
+
+class Topology:
+    """Devices with their effective parameters and the directed links between them.
+
+    A link comes from, in increasing precedence: the interconnect preset inferred from
+    node labels (same node vs cross node), an explicit ``hardware.links`` entry, and
+    measured ``overrides.links`` values.
+    """
+
+    def __init__(self, scenario, catalog: Catalog):
+        self.devices: dict[str, DeviceParams] = {}
+        for d in scenario.devices:
+            params = dict(catalog.devices[d.gpu])
+            params.update(scenario.device_overrides.get(d.id, {}))
+            self.devices[d.id] = DeviceParams(
+                id=d.id, gpu=d.gpu, node=d.node, peak_tflops=float(params["peak_tflops"]),
+                memory_bandwidth_gbps=float(params["memory_bandwidth_gbps"]), memory_gb=float(params["memory_gb"]),
+                launch_overhead_ms=float(params["launch_overhead_ms"]), mtbf_hours=float(params["mtbf_hours"]),
+                slowdown=float(params.get("slowdown", 1.0)))
+        self._catalog = catalog
+        self._same, self._cross = scenario.same_node, scenario.cross_node
+        self._explicit: dict[tuple[str, str], dict] = {}
+        for link in scenario.links:
+            self._explicit.setdefault((link.src, link.dst), {}).update(link.values)
+        self._cache: dict[tuple[str, str], LinkParams | None] = {}
+
+    def link(self, src: str, dst: str) -> LinkParams | None:
+        key = (src, dst)
+        if key not in self._cache:
+            self._cache[key] = self._resolve(src, dst)
+        return self._cache[key]
+
+    def _resolve(self, src: str, dst: str) -> LinkParams | None:
+        same = self.devices[src].node == self.devices[dst].node
+        preset_name = self._same if same else self._cross
+        values: dict[str, float] = dict(self._catalog.interconnects[preset_name]) if preset_name else {}
+        explicit = self._explicit.get((src, dst))
+        kind = preset_name or ""
+        if explicit:
+            values.update(explicit)
+            kind = "measured" if preset_name is None or set(explicit) - {"jitter"} else kind
+        if "bandwidth_gbps" not in values or "latency_ms" not in values:
+            return None
+        return LinkParams(src, dst, float(values["latency_ms"]), float(values["bandwidth_gbps"]),
+                          float(values.get("jitter", 0.0)), kind or "explicit")

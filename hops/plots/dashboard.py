@@ -1,0 +1,318 @@
+"""One-page dashboard of a run's summary, meant to be read at a glance.
+
+Layout choices, and why:
+- Panels are placed in inches, not grid fractions, so each bar row keeps a fixed
+  readable height whether there are 2 or 130 rows; the figure grows instead of
+  the text shrinking to nothing.
+- Devices and links are horizontal bar charts whose rows share one label column
+  (utilization next to memory, utilization next to contention): labels are long
+  ("h100_node0_gpu0->a10g_node0_gpu0") and horizontal text never needs rotating.
+- Rows follow pipeline order (first stage that uses the device), not alphabetical
+  order, so "gpu10" does not land between "gpu1" and "gpu2" and neighbouring rows
+  are neighbouring stages.
+- Links are coloured by direction with the timeline's transfer colours:
+  downstream (activations) vs upstream (gradients).
+- Missing summary sections draw a "not in summary" note instead of failing: a
+  measured trace has no memory or contention model, and it still deserves a picture.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..timeline import Timeline
+from .timeline_plot import COMM_COLORS, PHASE_COLORS, _short
+
+_BAR = PHASE_COLORS["F"]
+_DPI = 110
+
+
+def _natural(s: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+def _device_order(devices, stage_devices) -> list[str]:
+    first = {}
+    for s, d in enumerate(stage_devices):
+        first.setdefault(str(d), s)
+    return sorted(set(map(str, devices)), key=lambda d: (first.get(d, 1 << 30), _natural(d)))
+
+
+def _link_order(links, stage_devices) -> list[tuple[str, int]]:
+    """(link, direction) pairs: direction +1 downstream, -1 upstream, 0 unknown."""
+    first = {}
+    for s, d in enumerate(stage_devices):
+        first.setdefault(str(d), s)
+    out = []
+    for k in set(links):
+        a, _, b = k.partition("->")
+        sa, sb = first.get(a), first.get(b)
+        if sa is not None and sb is not None:
+            out.append(((min(sa, sb), 0 if sb > sa else 1, _natural(k)), k, 1 if sb > sa else -1))
+        else:
+            out.append(((1 << 30, 0, _natural(k)), k, 0))
+    return [(k, d) for _, k, d in sorted(out)]
+
+
+def _latencies(tl: Timeline) -> np.ndarray:
+    from ..metrics import _microbatch_latencies, measured_window
+
+    try:
+        w = measured_window(tl)[0]
+    except ValueError:
+        w = tl
+    return _microbatch_latencies(w)
+
+
+def _row_metrics(n: int) -> tuple[float, float, int]:
+    """(row height in, font size pt, label stride) for a horizontal bar panel with n rows."""
+    row_in = float(np.clip(5.0 / max(n, 1), 0.13, 0.3))
+    fs = float(np.clip(row_in * 72 * 0.62, 6.0, 9.0))
+    stride = max(1, int(np.ceil(fs * 1.1 / (row_in * 72))))
+    return row_in, fs, stride
+
+
+def _note(ax, text):
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#777777", fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _hbar_axis(ax, labels, fs, stride, show_labels):
+    n = len(labels)
+    ax.set_ylim(n - 0.5, -0.5)
+    ticks = np.arange(0, n, stride)
+    ax.set_yticks(ticks, [labels[i] for i in ticks] if show_labels else [""] * len(ticks), fontsize=fs)
+    ax.tick_params(axis="y", length=0)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for sp in ("top", "right"):
+        ax.spines[sp].set_visible(False)
+
+
+def _annotate(ax, y, x, texts, fs, xmax):
+    for yi, xi, t in zip(y, x, texts):
+        ax.text(min(xi, xmax) + 0.01 * xmax, yi, t, va="center", ha="left", fontsize=fs * 0.9, color="#333333",
+                clip_on=False)
+
+
+def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
+    """Write the dashboard PNG for `summary` (summary.json dict) and its `timeline`; returns the path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    path = Path(path)
+    tl = timeline
+    util = summary.get("utilization", {}) or {}
+    dev_util = util.get("per_device", {}) or {}
+    link_util = util.get("per_link", {}) or {}
+    peak = summary.get("peak_memory_mb", {}) or {}
+    cap = summary.get("memory_capacity_mb", {}) or {}
+    contention = summary.get("link_contention", {}) or {}
+
+    devices = _device_order(list(dev_util) + list(peak) + list(cap), tl.stage_devices)
+    links = _link_order(list(link_util) + list(contention), tl.stage_devices)
+    n_dev, n_link = len(devices), len(links)
+    d_row, d_fs, d_stride = _row_metrics(n_dev)
+    l_row, l_fs, l_stride = _row_metrics(n_link)
+    dev_labels = [_short(d, 24) for d in devices]
+    link_labels = ["→".join(_short(p, 18) for p in k.split("->", 1)) for k, _ in links]
+
+    # ---- geometry in inches (x from left, y from top)
+    title_h, top_h, gap = 0.95, 2.9, 0.95
+    d_lab = 0.25 + max([len(s) for s in dev_labels] + [4]) * d_fs * 0.58 / 72
+    l_lab = 0.25 + max([len(s) for s in link_labels] + [4]) * l_fs * 0.58 / 72
+    d_w, m_w, lk_w, sep = 2.9, 3.3, 2.5, 0.45
+    dev_block = d_lab + d_w + sep + m_w
+    link_block = l_lab + 3 * lk_w + 2 * sep
+    width = max(16.0, 0.35 + dev_block + 0.9 + link_block + 0.5)
+    dev_h = max(1.2, d_row * max(n_dev, 1))
+    link_h = max(1.2, l_row * max(n_link, 1))
+    bottom_h = max(dev_h, link_h)
+    height = title_h + top_h + gap + bottom_h + 0.6
+
+    fig = Figure(figsize=(width, height), dpi=_DPI)
+    FigureCanvasAgg(fig)
+
+    def axes(x, y, w, h):
+        return fig.add_axes([x / width, 1 - (y + h) / height, w / width, h / height])
+
+    # ---- header
+    sched = summary.get("schedule", tl.meta.get("schedule", "?") if tl.meta else "?")
+    seed = summary.get("seed", tl.meta.get("seed", "?") if tl.meta else "?")
+    thr = summary.get("throughput", {}) or {}
+    lat = summary.get("latency_ms", {}) or {}
+    fig.text(0.35 / width, 1 - 0.18 / height, f"HOPS run: {sched}   seed {seed}   {tl.n_stages} stages, "
+             f"{len(devices)} devices, {n_link} links", fontsize=13, weight="bold", va="top")
+    head = (f"throughput {thr.get('samples_per_s', float('nan')):,.1f} samples/s "
+            f"({thr.get('microbatches_per_s', float('nan')):,.2f} microbatches/s)    "
+            f"makespan {summary.get('makespan_ms', float('nan')):,.1f} ms    "
+            f"bubble {100 * summary.get('bubble_ratio', float('nan')):.1f}%    "
+            f"latency mean/p50/p99 {lat.get('mean', float('nan')):,.1f} / {lat.get('p50', float('nan')):,.1f}"
+            f" / {lat.get('p99', float('nan')):,.1f} ms")
+    fig.text(0.35 / width, 1 - 0.55 / height, head, fontsize=10, va="top", color="#222222")
+
+    # ---- latency histogram
+    half = (width - 0.35 - 0.5 - 1.0) / 2
+    ax = axes(0.9, title_h, half - 0.55, top_h)
+    latencies = _latencies(tl)
+    if len(latencies):
+        bins = int(np.clip(np.sqrt(len(latencies)) * 2, 10, 60))
+        ax.hist(latencies, bins=bins, color=_BAR, alpha=0.85, edgecolor="white", linewidth=0.4)
+        marks = [("p50", lat.get("p50", np.percentile(latencies, 50)), "-"),
+                 ("p99", lat.get("p99", np.percentile(latencies, 99)), "--"),
+                 ("mean", lat.get("mean", float(np.mean(latencies))), ":")]
+        for name, v, ls in marks:
+            ax.axvline(v, color="#C44E52" if name != "mean" else "#333333", linestyle=ls, linewidth=1.4,
+                       label=f"{name} {v:,.1f} ms")
+        ax.legend(fontsize=8, frameon=False, loc="upper right")
+        ax.set_xlabel("microbatch latency: first forward start to last backward end (ms)", fontsize=9)
+        ax.set_ylabel("microbatches", fontsize=9)
+        ax.tick_params(labelsize=8)
+        for sp in ("top", "right"):
+            ax.spines[sp].set_visible(False)
+    else:
+        _note(ax, "no complete microbatch in the measured window")
+    ax.set_title(f"Latency distribution ({len(latencies)} microbatches)", fontsize=10, loc="left")
+
+    # ---- bubble per stage
+    ax = axes(0.9 + half + 0.55, title_h, half - 0.55, top_h)
+    bubbles = np.asarray(summary.get("bubble_per_stage", []) or [], dtype=float)
+    if len(bubbles):
+        x = np.arange(len(bubbles))
+        ax.bar(x, bubbles, color="#8C8C8C", width=0.8 if len(x) > 1 else 0.4)
+        if "bubble_ratio" in summary:
+            ax.axhline(summary["bubble_ratio"], color="#C44E52", linewidth=1.2,
+                       label=f"overall {100 * summary['bubble_ratio']:.1f}%")
+            ax.legend(fontsize=8, frameon=False, loc="upper right")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax.set_ylim(0, max(1.0, float(bubbles.max()) * 1.05) if bubbles.max() > 0.8 else
+                    min(1.0, float(bubbles.max()) * 1.25 + 0.02))
+        if len(x) <= 12:
+            ax.set_xticks(x, [f"S{i}\n{_short(str(d), 14)}" for i, d in
+                              zip(x, tl.stage_devices)] if len(tl.stage_devices) == len(x) else
+                          [f"S{i}" for i in x], fontsize=7.5)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=16, integer=True))
+            ax.tick_params(axis="x", labelsize=8)
+            ax.set_xlabel("stage", fontsize=9)
+        if len(x) <= 24:
+            for xi, b in zip(x, bubbles):
+                ax.text(xi, b, f"{100 * b:.0f}%", ha="center", va="bottom", fontsize=7, color="#333333")
+        ax.set_xlim(-0.6, len(x) - 0.4)
+        ax.tick_params(axis="y", labelsize=8)
+        for sp in ("top", "right"):
+            ax.spines[sp].set_visible(False)
+    else:
+        _note(ax, "bubble_per_stage not in summary")
+    ax.set_title("Bubble (idle share of the window) per stage", fontsize=10, loc="left")
+
+    # ---- device block: utilization | peak memory vs capacity
+    y0 = title_h + top_h + gap
+    x = 0.35 + d_lab
+    ax_u = axes(x, y0, d_w, dev_h if n_dev else 1.2)
+    ax_m = axes(x + d_w + sep, y0, m_w, dev_h if n_dev else 1.2)
+    if n_dev:
+        y = np.arange(n_dev)
+        u = np.array([dev_util.get(d, np.nan) for d in devices], dtype=float)
+        ax_u.barh(y, np.nan_to_num(u), color=_BAR, height=0.72)
+        ax_u.set_xlim(0, 1.0)
+        ax_u.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        _hbar_axis(ax_u, dev_labels, d_fs, d_stride, True)
+        if n_dev <= 40:
+            _annotate(ax_u, y, np.nan_to_num(u), [f"{100 * v:.0f}%" if np.isfinite(v) else "n/a" for v in u],
+                      d_fs, 1.0)
+        if peak or cap:
+            p = np.array([peak.get(d, np.nan) for d in devices], dtype=float) / 1024
+            c = np.array([cap.get(d, np.nan) for d in devices], dtype=float) / 1024
+            ratio = p / c
+            colors = np.where(ratio > 1.0, "#C44E52", np.where(ratio > 0.9, "#DD8452", "#55A868"))
+            ax_m.barh(y, np.nan_to_num(c), color="#E3E3E3", height=0.82, label="capacity")
+            ax_m.barh(y, np.nan_to_num(p), color=colors, height=0.5)
+            xmax = float(np.nanmax(np.concatenate([p, c, [1e-3]]))) * 1.12
+            ax_m.set_xlim(0, xmax)
+            _hbar_axis(ax_m, dev_labels, d_fs, d_stride, False)
+            if n_dev <= 40:
+                _annotate(ax_m, y, np.nan_to_num(np.fmax(p, c)),
+                          [f"{100 * r:.0f}%" if np.isfinite(r) else "" for r in ratio], d_fs, xmax / 1.12)
+            ax_m.set_xlabel("GB", fontsize=8)
+            ax_m.legend(handles=[Patch(color="#E3E3E3", label="capacity"), Patch(color="#55A868", label="peak"),
+                                 Patch(color="#DD8452", label="peak > 90%"),
+                                 Patch(color="#C44E52", label="peak > capacity")],
+                        fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4,
+                        handlelength=1.0, columnspacing=0.8, borderaxespad=0.9)
+        else:
+            _note(ax_m, "peak_memory_mb not in summary")
+    else:
+        _note(ax_u, "no devices in summary")
+        _note(ax_m, "no devices in summary")
+    ax_u.set_title("Utilization per device", fontsize=10, loc="left", pad=14)
+    ax_m.set_title("Peak memory vs capacity", fontsize=10, loc="left", pad=14)
+
+    # ---- link block: utilization | contended transfers | wait
+    x = 0.35 + dev_block + 0.9 + l_lab
+    lk_h = link_h if n_link else 1.2
+    ax_lu = axes(x, y0, lk_w, lk_h)
+    ax_lc = axes(x + lk_w + sep, y0, lk_w, lk_h)
+    ax_lw = axes(x + 2 * (lk_w + sep), y0, lk_w, lk_h)
+    if n_link:
+        y = np.arange(n_link)
+        keys = [k for k, _ in links]
+        colors = [COMM_COLORS["send F"] if d > 0 else COMM_COLORS["send B"] if d < 0 else "#777777"
+                  for _, d in links]
+        lu = np.array([link_util.get(k, np.nan) for k in keys], dtype=float)
+        ax_lu.barh(y, np.nan_to_num(lu), color=colors, height=0.72)
+        xmax = max(float(np.nanmax(np.append(lu, 0.0))) * 1.2, 0.05)
+        ax_lu.set_xlim(0, min(1.0, xmax) if xmax <= 1 else xmax)
+        ax_lu.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        _hbar_axis(ax_lu, link_labels, l_fs, l_stride, True)
+        if n_link <= 40:
+            _annotate(ax_lu, y, np.nan_to_num(lu), [f"{100 * v:.1f}%" if np.isfinite(v) else "n/a" for v in lu],
+                      l_fs, ax_lu.get_xlim()[1])
+        ax_lu.legend(handles=[Patch(color=COMM_COLORS["send F"], label="downstream"),
+                              Patch(color=COMM_COLORS["send B"], label="upstream")],
+                     fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2,
+                     handlelength=1.0, borderaxespad=0.9)
+        if contention:
+            tot = np.array([contention.get(k, {}).get("transfers", np.nan) for k in keys], dtype=float)
+            con = np.array([contention.get(k, {}).get("contended", np.nan) for k in keys], dtype=float)
+            wait = np.array([contention.get(k, {}).get("wait_ms", np.nan) for k in keys], dtype=float)
+            ax_lc.barh(y, np.nan_to_num(tot), color="#E3E3E3", height=0.82)
+            ax_lc.barh(y, np.nan_to_num(con), color="#C44E52", height=0.5)
+            cmax = max(float(np.nanmax(np.append(tot, 1.0))), 1.0) * 1.15
+            ax_lc.set_xlim(0, cmax)
+            ax_lc.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+            _hbar_axis(ax_lc, link_labels, l_fs, l_stride, False)
+            if n_link <= 40:
+                _annotate(ax_lc, y, np.nan_to_num(tot),
+                          [f"{int(c)}/{int(t)}" if np.isfinite(c) and np.isfinite(t) else "" for c, t in
+                           zip(con, tot)], l_fs, cmax / 1.15)
+            ax_lc.legend(handles=[Patch(color="#E3E3E3", label="all"), Patch(color="#C44E52", label="contended")],
+                         fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2,
+                         handlelength=1.0, borderaxespad=0.9)
+            ax_lw.barh(y, np.nan_to_num(wait), color="#8172B3", height=0.72)
+            wmax = max(float(np.nanmax(np.append(wait, 0.0))), 1e-3) * 1.2
+            ax_lw.set_xlim(0, wmax)
+            ax_lw.xaxis.set_major_locator(MaxNLocator(nbins=4))
+            _hbar_axis(ax_lw, link_labels, l_fs, l_stride, False)
+            if n_link <= 40:
+                _annotate(ax_lw, y, np.nan_to_num(wait), [f"{w:,.1f}" if np.isfinite(w) else "" for w in wait],
+                          l_fs, wmax / 1.2)
+            ax_lw.set_xlabel("ms", fontsize=8)
+        else:
+            _note(ax_lc, "link_contention not in summary")
+            _note(ax_lw, "link_contention not in summary")
+    else:
+        for a in (ax_lu, ax_lc, ax_lw):
+            _note(a, "no transfers")
+    ax_lu.set_title("Utilization per link", fontsize=10, loc="left", pad=14)
+    ax_lc.set_title("Contended transfers", fontsize=10, loc="left", pad=14)
+    ax_lw.set_title("Wait for link (total)", fontsize=10, loc="left", pad=14)
+
+    fig.savefig(path, dpi=_DPI, facecolor="white", metadata={"Software": None})
+    return path

@@ -1,0 +1,41 @@
+"""Scheduler registry: built-ins by name, user schedulers by registered name or dotted path."""
+from __future__ import annotations
+
+import importlib
+
+from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
+from .classic import GPipe, OneFOneB
+from .hops_hetero import HopsHetero
+from .zero_bubble import ZeroBubble
+
+_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZeroBubble, HopsHetero)}
+
+
+def register(cls: type[Scheduler]) -> type[Scheduler]:
+    """Class decorator: make a Scheduler subclass available by its `name`."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def resolve_scheduler(name: str) -> type[Scheduler]:
+    """A registered name, or 'package.module:Class' / 'package.module.Class' for a plug-in."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if "." in name or ":" in name:
+        module, _, attr = name.replace(":", ".").rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise KeyError(f"cannot import scheduler {name!r} ({exc})") from None
+        if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+            raise KeyError(f"{name!r} is not a hops.schedulers.Scheduler subclass")
+        return cls
+    raise KeyError(f"unknown scheduler {name!r}; expected one of {', '.join(available())} or a dotted path")
+
+
+__all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",
+           "available", "resolve_scheduler", "GPipe", "OneFOneB", "ZeroBubble", "HopsHetero"]

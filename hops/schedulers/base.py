@@ -1,0 +1,95 @@
+"""The scheduler plug-in contract.
+
+A scheduler sees the pipeline once, before the first microbatch (`configure`), and is then
+asked by the engine what an idle stage should start now (`next_tasks`). The engine asks
+only for stages whose situation changed (they became idle or received an input), so a
+scheduler that answers in O(1) keeps the whole simulation linear in the number of tasks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class PipelineMeta:
+    """What a scheduler may know before the run: layout and expected per-stage times (ms)."""
+
+    n_stages: int
+    n_microbatches: int
+    f: Sequence[float]
+    b: Sequence[float]
+    w: Sequence[float]
+    bw: Sequence[float]
+    devices: Sequence[str]
+    transfer_ms: Sequence[float]  # expected activation transfer time stage i -> i+1
+    options: dict = field(default_factory=dict)
+
+
+class SchedulerState:
+    """Engine-owned view of one iteration. Schedulers read it and never write it.
+
+    For stage s and local microbatch j: ``f_ready[s][j]`` the forward input has arrived,
+    ``b_ready[s][j]`` the output gradient has arrived (last stage: its forward is done),
+    ``w_ready[s][j]`` the activation-gradient B is done so W may run. ``n_f``, ``n_b``,
+    ``n_w`` count tasks started per phase (fused backward counts in ``n_b``), ``started``
+    counts all tasks started on the stage, ``in_flight`` counts microbatches whose forward
+    started and whose activations are still held (until BW or W finishes).
+    """
+
+    __slots__ = ("stage", "now", "iteration", "f_ready", "b_ready", "w_ready", "n_f", "n_b", "n_w",
+                 "started", "in_flight", "n_stages", "n_microbatches")
+
+    def __init__(self, n_stages: int, n_microbatches: int, iteration: int):
+        self.stage = 0
+        self.now = 0.0
+        self.iteration = iteration
+        self.n_stages, self.n_microbatches = n_stages, n_microbatches
+        self.f_ready = [bytearray(n_microbatches) for _ in range(n_stages)]
+        self.b_ready = [bytearray(n_microbatches) for _ in range(n_stages)]
+        self.w_ready = [bytearray(n_microbatches) for _ in range(n_stages)]
+        self.n_f = [0] * n_stages
+        self.n_b = [0] * n_stages
+        self.n_w = [0] * n_stages
+        self.started = [0] * n_stages
+        self.in_flight = [0] * n_stages
+
+
+Task = tuple[str, int]  # (phase "F" | "B" | "W" | "BW", local microbatch index)
+
+
+class Scheduler:
+    """Base class: subclasses set `name`, maybe `split_backward`, and implement next_tasks."""
+
+    name = "base"
+    split_backward = False  # True: backward runs as B then W (zero-bubble family)
+
+    def __init__(self, **options: Any):
+        self.options = options
+
+    def configure(self, meta: PipelineMeta) -> None:
+        self.meta = meta
+
+    def next_tasks(self, state: SchedulerState) -> list[Task]:
+        raise NotImplementedError
+
+
+class StaticOrderScheduler(Scheduler):
+    """A fixed per-stage task order; a stage waits until the next task in its order is ready."""
+
+    def configure(self, meta: PipelineMeta) -> None:
+        super().configure(meta)
+        self.order = [self.stage_order(s, meta.n_stages, meta.n_microbatches) for s in range(meta.n_stages)]
+
+    def stage_order(self, s: int, p: int, m: int) -> list[Task]:
+        raise NotImplementedError
+
+    def next_tasks(self, state: SchedulerState) -> list[Task]:
+        s = state.stage
+        pos = state.started[s]
+        order = self.order[s]
+        if pos >= len(order):
+            return []
+        phase, mb = order[pos]
+        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
+        return [order[pos]] if ready[s][mb] else []
