@@ -196,14 +196,12 @@ def load_document(source: Any) -> tuple[dict, str | None]:
             where = f"line {mark.line + 1}" if mark else "?"
             raise ScenarioError(where, f"invalid YAML ({getattr(exc, 'problem', exc)})", str(path)) from None
         return (data if data is not None else {}), str(path)
+    if type(source).__module__.startswith("omegaconf"):  # checked by name: the core never imports omegaconf
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(source, resolve=True), None
     if isinstance(source, Mapping):
         return dict(source), None
-    try:
-        from omegaconf import DictConfig, OmegaConf  # only when given one; the core never requires it
-    except ImportError:  # pragma: no cover
-        DictConfig = ()
-    if DictConfig and isinstance(source, DictConfig):
-        return OmegaConf.to_container(source, resolve=True), None
     raise ScenarioError("scenario", f"expected a path, dict or OmegaConf config, got {type(source).__name__}")
 
 

@@ -1,0 +1,110 @@
+"""Scenarios: every shipped format loads; each kind of mistake names its field in one line."""
+import copy
+import glob
+import os
+from pathlib import Path
+
+import pytest
+
+import hops
+from builders import pipeline
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hetero_bench"
+
+
+def test_every_fixture_and_reference_scenario_loads_and_simulates(fixtures_root):
+    files = sorted(glob.glob(str(fixtures_root / "*" / "cluster_results" / "*" / "hops.base.yaml")))
+    files += sorted(glob.glob(str(REFERENCE / "*.yaml")))
+    assert len(files) >= 56 + 16
+    for f in files:
+        s = hops.simulate(f).summary
+        assert s["throughput"]["microbatches_per_s"] > 0, f
+
+
+def mutate(fn):
+    sc = pipeline(3, 4)
+    fn(sc)
+    return sc
+
+
+BAD = {
+    "unknown top-level key": (lambda s: s.update(pipelin={}), "pipelin: unknown key"),
+    "unknown nested key": (lambda s: s["simulation"].update(batchez=2), "simulation.batchez: unknown key"),
+    "wrong type": (lambda s: s["simulation"].update(microbatches="four"), "simulation.microbatches: expected an integer"),
+    "non-positive count": (lambda s: s["simulation"].update(microbatches=0), "simulation.microbatches: got 0; expected a number > 0"),
+    "unknown preset": (lambda s: s["hardware"]["devices"][1].update(gpu="h200"), "hardware.devices[1].gpu: got 'h200'; expected one of"),
+    "missing device": (lambda s: s["pipeline"]["stages"][2].update(device="nope"), "pipeline.stages[2].device: unknown device 'nope'"),
+    "unknown scheduler": (lambda s: s["pipeline"].update(schedule="fastest"), "pipeline.schedule: unknown scheduler 'fastest'"),
+    "bad distribution": (lambda s: s["pipeline"]["stages"][0]["compute"].update(forward={"kind": "gamma"}), "pipeline.stages[0].compute.forward.kind"),
+    "missing section": (lambda s: s.pop("hardware"), "hardware: missing section"),
+    "negative weights": (lambda s: s["pipeline"]["stages"][1].update(weights_mb=-1), "pipeline.stages[1].weights_mb: got -1.0; expected a number >= 0"),
+    "bad precision": (lambda s: s["pipeline"].update(precision="int3"), "pipeline.precision: got 'int3'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_scenarios_name_the_field(case):
+    fn, expected = BAD[case]
+    with pytest.raises(hops.ScenarioError) as err:
+        hops.load_scenario(mutate(fn))
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_a_pipeline_hop_with_no_link_is_rejected():
+    sc = pipeline(3, 4)
+    sc["overrides"] = {}
+    sc["hardware"]["interconnect"] = {"same_node": "nvlink"}  # every device is on its own node
+    with pytest.raises(hops.ScenarioError, match=r"pipeline.stages\[1\].device: no link from g0 to g1"):
+        hops.load_scenario(sc)
+
+
+def test_yaml_errors_name_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("simulation:\n  batches: [1\n")
+    with pytest.raises(hops.ScenarioError, match=r"bad.yaml: line \d+: invalid YAML"):
+        hops.load_scenario(bad)
+
+
+def test_errors_from_a_file_carry_its_name(tmp_path):
+    import yaml
+
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(mutate(lambda s: s["simulation"].update(seed="x"))))
+    with pytest.raises(hops.ScenarioError, match=r"s.yaml: simulation.seed: expected an integer"):
+        hops.load_scenario(f)
+
+
+def test_omegaconf_and_dict_and_path_give_the_same_result(tmp_path):
+    import yaml
+    from omegaconf import OmegaConf
+
+    sc = pipeline(3, 4, jitter=0.1)
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(sc))
+    a = hops.simulate(sc).summary
+    b = hops.simulate(OmegaConf.create(copy.deepcopy(sc))).summary
+    c = hops.simulate(f).summary
+    assert a == b == c
+
+
+def test_overrides_replace_preset_values_per_device():
+    sc = pipeline(2, 2)
+    for st in sc["pipeline"]["stages"]:
+        st["compute"] = {"mode": "analytical", "tflop": 1.0, "memory_mb": 0.0}
+    slow = copy.deepcopy(sc)
+    slow["overrides"]["devices"] = {"g1": {"peak_tflops": 31.2}}
+    base = hops.simulate(sc).summary["stages"][1]["expected_ms"]["F"]
+    slowed = hops.simulate(slow).summary["stages"][1]["expected_ms"]["F"]
+    assert slowed - 1.5 == pytest.approx((base - 1.5) * 10)
+
+
+def test_same_and_cross_node_links_come_from_node_labels():
+    sc = pipeline(3, 2)
+    sc["overrides"] = {}
+    sc["hardware"]["devices"] = [{"id": "g0", "gpu": "h100", "node": "a"}, {"id": "g1", "gpu": "h100", "node": "a"},
+                                 {"id": "g2", "gpu": "h100", "node": "b"}]
+    r = hops.simulate(sc)
+    kinds = {lp.name: lp.kind for lp in r.extras["links"]}
+    assert kinds["g0->g1"] == "nvlink" and kinds["g1->g2"] == "infiniband"

@@ -1,0 +1,115 @@
+"""Scheduler invariants on random heterogeneous pipelines with jitter."""
+import numpy as np
+import pytest
+
+import hops
+from builders import pipeline
+from hops.schedulers import Scheduler, register
+
+
+def random_pipeline(seed, schedule):
+    rng = np.random.default_rng(seed)
+    p = int(rng.integers(2, 9))
+    m = int(rng.integers(1, 20))
+    per = [(float(rng.uniform(0.5, 5)), float(rng.uniform(0.5, 10))) for _ in range(p)]
+    split = 0.5 if schedule in ("zero_bubble", "hops_hetero") else None
+    sc = pipeline(p, m, schedule=schedule, per_stage=per, hop_ms=float(rng.uniform(0, 1)), jitter=0.2,
+                  batches=2, seed=seed, split=split)
+    return sc, p, m
+
+
+SCHEDULES = ["gpipe", "1f1b", "zero_bubble", "hops_hetero"]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("seed", range(8))
+def test_dependencies_and_exclusivity_hold(schedule, seed):
+    sc, p, m = random_pipeline(seed, schedule)
+    r = hops.simulate(sc)
+    tl = r.timeline
+    comp = tl.kind == "compute"
+    ends = {}
+    for s, mb, ph, a, b in zip(tl.stage[comp], tl.microbatch[comp], tl.phase[comp], tl.start_ms[comp],
+                               tl.end_ms[comp]):
+        ends[(int(s), int(mb), str(ph))] = (a, b)
+    arrivals = {}
+    for s, mb, ph, b, dst in zip(tl.stage[tl.kind == "transfer"], tl.microbatch[tl.kind == "transfer"],
+                                 tl.phase[tl.kind == "transfer"], tl.end_ms[tl.kind == "transfer"],
+                                 tl.dst[tl.kind == "transfer"]):
+        arrivals[(int(s), int(mb), "fwd" if ph == "F" else "bwd")] = b
+    bwd = "BW" if not r.extras["split_backward"] else "B"
+    n_mb = 2 * m
+    for mb in range(n_mb):
+        for s in range(p):
+            fs, fe = ends[(s, mb, "F")]
+            if s > 0:
+                assert fs >= arrivals[(s - 1, mb, "fwd")] - 1e-9 >= ends[(s - 1, mb, "F")][1] - 1e-9
+            bs, be = ends[(s, mb, bwd)]
+            assert bs >= fe - 1e-9
+            if s < p - 1:
+                assert bs >= arrivals[(s + 1, mb, "bwd")] - 1e-9 >= ends[(s + 1, mb, bwd)][1] - 1e-9
+            if bwd == "B":
+                assert ends[(s, mb, "W")][0] >= be - 1e-9
+    for s in range(p):
+        mask = comp & (tl.stage == s)
+        order = np.argsort(tl.start_ms[mask])
+        assert (tl.start_ms[mask][order][1:] >= tl.end_ms[mask][order][:-1] - 1e-9).all(), "one task at a time"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_1f1b_holds_at_most_p_minus_s_activations(seed):
+    sc, p, m = random_pipeline(seed, "1f1b")
+    r = hops.simulate(sc)
+    for s, peak in enumerate(r.summary["peak_in_flight"]):
+        assert peak <= min(p - s, m)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_zero_bubble_runs_every_weight_gradient_exactly_once(seed):
+    sc, p, m = random_pipeline(seed, "zero_bubble")
+    tl = hops.simulate(sc).timeline
+    w = (tl.kind == "compute") & (tl.phase == "W")
+    keys = list(zip(tl.stage[w].tolist(), tl.microbatch[w].tolist()))
+    assert len(keys) == len(set(keys)) == p * 2 * m
+
+
+def test_hops_hetero_picks_1f1b_when_the_last_stage_is_the_bottleneck():
+    slow_tail = pipeline(4, 8, per_stage=[(1, 2)] * 3 + [(3, 6)], schedule="hops_hetero", split=0.5)
+    assert hops.simulate(slow_tail).summary["scheduler_effective"] == "1f1b"
+    slow_head = pipeline(4, 8, per_stage=[(3, 6)] + [(1, 2)] * 3, schedule="hops_hetero", split=0.5)
+    assert hops.simulate(slow_head).summary["scheduler_effective"] == "zero_bubble"
+
+
+@register
+class Reverse1F1B(Scheduler):
+    """A user scheduler: forwards in order, backwards as soon as any gradient is ready."""
+
+    name = "test_greedy"
+
+    def next_tasks(self, state):
+        s = state.stage
+        j = state.n_b[s]
+        if j < state.n_microbatches and state.b_ready[s][j]:
+            return [("BW", j)]
+        k = state.n_f[s]
+        if k < state.n_microbatches and state.f_ready[s][k]:
+            return [("F", k)]
+        return []
+
+
+def test_user_scheduler_by_registered_name_and_by_dotted_path():
+    by_name = hops.simulate(pipeline(3, 4, schedule="test_greedy")).summary
+    by_path = hops.simulate(pipeline(3, 4, schedule="test_schedulers.Reverse1F1B")).summary
+    assert by_name["makespan_ms"] == by_path["makespan_ms"] > 0
+
+
+class Impatient(Scheduler):
+    name = "impatient"
+
+    def next_tasks(self, state):
+        return [("BW", 0)]
+
+
+def test_a_scheduler_that_breaks_dependencies_is_stopped_with_a_clear_error():
+    with pytest.raises(hops.HopsError, match="impatient"):
+        hops.simulate(pipeline(3, 2, schedule="test_schedulers.Impatient"))
