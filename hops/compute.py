@@ -62,22 +62,23 @@ class ComputeModel:
         t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"]
         t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps
         last, first = i == s.n_stages - 1, i == 0
+        lm = 0.0  # LM head: additive FLOPs and weight-read terms on the last stage (seed iteration 4)
         if last and m["lm_head"] and s.hidden_dim and s.seq_len:
             vocab = s.vocab_size or m["vocab_size"]
             lm_flops = 2.0 * s.seq_len * s.hidden_dim * vocab * s.micro_batch_size
-            t_c += lm_flops / (peak * 1e12) * 1000.0 * m["compute_time_coefficient"]
             lm_bytes = s.hidden_dim * vocab * m["bytes_per_element"][s.precision]
-            t_m += lm_bytes / 1e6 / dev.memory_bandwidth_gbps
+            lm = (lm_flops / (peak * 1e12) * 1000.0 * m["compute_time_coefficient"]
+                  + lm_bytes / 1e6 / dev.memory_bandwidth_gbps)
         floor = layers * m["k_floor_ms"]
         launch = dev.launch_overhead_ms
         embed = m["embedding_overhead_ms"] if first and s.hidden_dim and s.seq_len else 0.0
         k = s.backward_factor
         a = s.activation_grad_fraction
         split_floor = floor * m["backward_split_floor_factor"]
-        f = max(t_c, t_m, floor) + launch + embed
-        bw = max(k * t_c, k * t_m, floor) + launch
-        b = max(a * k * t_c, a * k * t_m, split_floor) + launch
-        w = max((1 - a) * k * t_c, (1 - a) * k * t_m, split_floor) + launch
+        f = max(t_c, t_m, floor) + launch + embed + lm
+        bw = max(k * t_c, k * t_m, floor) + launch + k * lm
+        b = max(a * k * t_c, a * k * t_m, split_floor) + launch + a * k * lm
+        w = max((1 - a) * k * t_c, (1 - a) * k * t_m, split_floor) + launch + (1 - a) * k * lm
         sd = dev.slowdown
         return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 
