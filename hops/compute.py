@@ -5,8 +5,9 @@ Analytical stages use
 where L (transformer layers on the stage) is estimated from the stage's FLOPs. Backward
 scales the compute and memory terms by ``backward_factor`` but not the dispatch floor: the
 number of kernel launches per layer does not double in the backward pass. The last stage
-also runs the LM head (2*s*h*V FLOPs, reading the h*V weights), the first stage pays the
-embedding overhead. All constants come from ``presets/model.yaml`` via the Catalog.
+also runs the LM head (2*s*h*V FLOPs plus reading the h*V weights, added on top of the
+roofline as the seed did); the first stage pays the embedding overhead. All constants
+come from ``presets/model.yaml`` via the Catalog.
 """
 from __future__ import annotations
 
