@@ -32,19 +32,22 @@ def stage_track_name(stage: int, device: str) -> str:
 
 
 def _assign_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Greedy interval colouring: the lowest lane whose last event ended by this start."""
+    """Greedy interval colouring: each event takes the lowest lane free at its start."""
+    import heapq
+
     lanes = np.zeros(len(start), dtype=np.int64)
-    lane_end: list[float] = []
+    busy: list[tuple[float, int]] = []
+    free: list[int] = []
+    n_lanes = 0
     for i in np.lexsort((end, start)):
-        s = start[i]
-        for k, e in enumerate(lane_end):
-            if e <= s:
-                lanes[i] = k
-                lane_end[k] = end[i]
-                break
+        while busy and busy[0][0] <= start[i]:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            ln = heapq.heappop(free)
         else:
-            lanes[i] = len(lane_end)
-            lane_end.append(end[i])
+            ln, n_lanes = n_lanes, n_lanes + 1
+        lanes[i] = ln
+        heapq.heappush(busy, (float(end[i]), ln))
     return lanes
 
 
@@ -74,15 +77,14 @@ def write_chrome_trace(timeline: Timeline, path) -> Path:
 
     # ---- base track of every event: ("stage", s) | ("link", name) | ("cluster", "")
     tracks: list[tuple[str, object]] = []
-    for i in range(n):
-        kind, stage = str(tl.kind[i]), int(tl.stage[i])
-        src, dst = str(tl.src[i]), str(tl.dst[i])
+    for kind, stage, src, dst, dev in zip(tl.kind.tolist(), tl.stage.tolist(), tl.src.tolist(),
+                                          tl.dst.tolist(), tl.device.tolist()):
         if kind == "transfer" and (src or dst):
             tracks.append(("link", f"{src}->{dst}"))
         elif 0 <= stage < n_st:
             tracks.append(("stage", stage))
-        elif str(tl.device[i]) in first_stage:
-            tracks.append(("stage", first_stage[str(tl.device[i])]))
+        elif dev in first_stage:
+            tracks.append(("stage", first_stage[dev]))
         else:
             tracks.append(("cluster", ""))
 
@@ -100,58 +102,33 @@ def write_chrome_trace(timeline: Timeline, path) -> Path:
         lane[ix] = _assign_lanes(ts[ix], ts[ix] + dur[ix])
 
     links = sorted({name for kind, name in tracks if kind == "link"},
-                   key=lambda k: (first_stage.get(k.split("->")[0], 1 << 30),
+                   key=lambda k: (first_stage.get(k.partition("->")[0], 1 << 30),
                                   first_stage.get(k.partition("->")[2], 1 << 30), k))
-    max_lane: dict[tuple, int] = {}
-    for t, ln in zip(tracks, lane):
-        max_lane[t] = max(max_lane.get(t, 0), int(ln))
+    n_lanes: dict[tuple, int] = {}
+    for t, ln in zip(tracks, lane.tolist()):
+        n_lanes[t] = max(n_lanes.get(t, 0), ln + 1)
 
-    # ---- thread ids: stage s lane k -> pid 1, tid 1 + s * L + k (sorted by stage, then lane)
-    def tid_of(track, ln):
-        kind, key = track
-        if kind == "stage":
-            return STAGES_PID, 1 + key * 1000 + ln
-        if kind == "link":
-            return LINKS_PID, 1 + links.index(key) * 1000 + ln
-        return CLUSTER_PID, 1 + ln
-
-    link_index = {k: j for j, k in enumerate(links)}
-
-    def tid_fast(track, ln):
-        kind, key = track
-        if kind == "link":
-            return LINKS_PID, 1 + link_index[key] * 1000 + ln
-        return tid_of(track, ln)
-
+    # ---- threads, in display order: stages by index, links in pipeline order, then cluster
+    ordered = [(("stage", s), stage_track_name(s, str(d))) for s, d in enumerate(tl.stage_devices)]
+    ordered += [(("link", k), k) for k in links]
+    ordered += [(("cluster", ""), "cluster")] if ("cluster", "") in n_lanes else []
+    pid_of = {"stage": STAGES_PID, "link": LINKS_PID, "cluster": CLUSTER_PID}
+    tid: dict[tuple, int] = {}
     events: list[dict] = []
-    events.append({"ph": "M", "name": "process_name", "pid": STAGES_PID, "tid": 0, "args": {"name": "stages"}})
-    events.append({"ph": "M", "name": "process_sort_index", "pid": STAGES_PID, "tid": 0, "args": {"sort_index": 1}})
-    for s, d in enumerate(tl.stage_devices):
-        for ln in range(max_lane.get(("stage", s), 0) + 1):
-            pid, tid = tid_fast(("stage", s), ln)
-            name = stage_track_name(s, str(d)) + (f" #{ln + 1}" if ln else "")
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                           "args": {"sort_index": tid}})
-    if links:
-        events.append({"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0, "args": {"name": "links"}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": LINKS_PID, "tid": 0,
-                       "args": {"sort_index": 2}})
-        for k in links:
-            for ln in range(max_lane[("link", k)] + 1):
-                pid, tid = tid_fast(("link", k), ln)
-                name = k + (f" #{ln + 1}" if ln else "")
-                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
-                events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                               "args": {"sort_index": tid}})
-    if ("cluster", "") in max_lane:
-        events.append({"ph": "M", "name": "process_name", "pid": CLUSTER_PID, "tid": 0,
-                       "args": {"name": "cluster"}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": CLUSTER_PID, "tid": 0,
-                       "args": {"sort_index": 3}})
-        for ln in range(max_lane[("cluster", "")] + 1):
-            events.append({"ph": "M", "name": "thread_name", "pid": CLUSTER_PID, "tid": 1 + ln,
-                           "args": {"name": "cluster" + (f" #{ln + 1}" if ln else "")}})
+    for kind, pname in (("stage", "stages"), ("link", "links"), ("cluster", "cluster")):
+        if any(t[0] == kind for t, _ in ordered):
+            events.append({"ph": "M", "name": "process_name", "pid": pid_of[kind], "tid": 0,
+                           "args": {"name": pname}})
+            events.append({"ph": "M", "name": "process_sort_index", "pid": pid_of[kind], "tid": 0,
+                           "args": {"sort_index": pid_of[kind]}})
+    for track, name in ordered:
+        for ln in range(n_lanes.get(track, 1)):
+            t = tid[(track, ln)] = len(tid) + 1
+            pid = pid_of[track[0]]
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": t,
+                           "args": {"name": name + (f" #{ln + 1}" if ln else "")}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": t,
+                           "args": {"sort_index": t}})
 
     # ---- complete events, in timeline order (from_rows already sorts by start, end, stage)
     kinds, phases, devs = tl.kind.tolist(), tl.phase.tolist(), tl.device.tolist()
@@ -159,13 +136,13 @@ def write_chrome_trace(timeline: Timeline, path) -> Path:
     srcs, dsts = tl.src.tolist(), tl.dst.tolist()
     ts_l, dur_l, lane_l = ts.tolist(), dur.tolist(), lane.tolist()
     for i in range(n):
-        pid, tid = tid_fast(tracks[i], lane_l[i])
+        pid, t = pid_of[tracks[i][0]], tid[(tracks[i], lane_l[i])]
         args = {"microbatch": mbs[i], "phase": phases[i], "iteration": its[i], "stage": stages[i],
                 "device": devs[i], "kind": kinds[i]}
         if kinds[i] == "transfer":
             args["src"], args["dst"] = srcs[i], dsts[i]
         events.append({"ph": "X", "name": _slice_name(kinds[i], phases[i]), "cat": kinds[i], "pid": pid,
-                       "tid": tid, "ts": ts_l[i], "dur": dur_l[i], "args": args})
+                       "tid": t, "ts": ts_l[i], "dur": dur_l[i], "args": args})
 
     doc_head = {"displayTimeUnit": "ms",
                 "otherData": _json_safe({"t0_ms": t0, "stage_devices": list(tl.stage_devices),

@@ -27,6 +27,8 @@ from .timeline_plot import COMM_COLORS, PHASE_COLORS, _short
 
 _BAR = PHASE_COLORS["F"]
 _DPI = 110
+_TALL = 40      # rows above which value axes are repeated on top of a panel
+_TOP_TICKS_PT = 13
 
 
 def _natural(s: str):
@@ -84,9 +86,14 @@ def _hbar_axis(ax, labels, fs, stride, show_labels):
     n = len(labels)
     ax.set_ylim(n - 0.5, -0.5)
     ticks = np.arange(0, n, stride)
-    ax.set_yticks(ticks, [labels[i] for i in ticks] if show_labels else [""] * len(ticks), fontsize=fs)
+    if show_labels:
+        ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=fs)
+    else:  # rows are aligned with the labelled panel to the left; ticks cost ~2 ms each
+        ax.set_yticks([])
     ax.tick_params(axis="y", length=0)
     ax.tick_params(axis="x", labelsize=8)
+    if n > _TALL:  # tall panel: repeat the value axis on top so it is readable without scrolling
+        ax.tick_params(axis="x", top=True, labeltop=True)
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
     for sp in ("top", "right"):
@@ -105,6 +112,7 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator, PercentFormatter
+    from matplotlib.transforms import offset_copy
 
     path = Path(path)
     tl = timeline
@@ -124,7 +132,7 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
     link_labels = ["→".join(_short(p, 18) for p in k.split("->", 1)) for k, _ in links]
 
     # ---- geometry in inches (x from left, y from top)
-    title_h, top_h, gap = 0.95, 2.9, 0.95
+    title_h, top_h, gap = 0.95, 2.9, 0.95 + (0.2 if max(n_dev, n_link) > _TALL else 0.0)
     d_lab = 0.25 + max([len(s) for s in dev_labels] + [4]) * d_fs * 0.58 / 72
     l_lab = 0.25 + max([len(s) for s in link_labels] + [4]) * l_fs * 0.58 / 72
     d_w, m_w, lk_w, sep = 2.9, 3.3, 2.5, 0.45
@@ -138,6 +146,13 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
 
     fig = Figure(figsize=(width, height), dpi=_DPI)
     FigureCanvasAgg(fig)
+
+    def lift(n_rows):
+        return _TOP_TICKS_PT if n_rows > _TALL else 0
+
+    def above(ax, n_rows):
+        """Axes coordinates shifted up past the top tick labels, for legends above a panel."""
+        return offset_copy(ax.transAxes, fig=fig, y=lift(n_rows), units="points")
 
     def axes(x, y, w, h):
         return fig.add_axes([x / width, 1 - (y + h) / height, w / width, h / height])
@@ -170,7 +185,8 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
         for name, v, ls in marks:
             ax.axvline(v, color="#C44E52" if name != "mean" else "#333333", linestyle=ls, linewidth=1.4,
                        label=f"{name} {v:,.1f} ms")
-        ax.legend(fontsize=8, frameon=False, loc="upper right")
+        ax.legend(fontsize=8, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3,
+                  borderaxespad=0.15)
         ax.set_xlabel("microbatch latency: first forward start to last backward end (ms)", fontsize=9)
         ax.set_ylabel("microbatches", fontsize=9)
         ax.tick_params(labelsize=8)
@@ -189,12 +205,13 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
         if "bubble_ratio" in summary:
             ax.axhline(summary["bubble_ratio"], color="#C44E52", linewidth=1.2,
                        label=f"overall {100 * summary['bubble_ratio']:.1f}%")
-            ax.legend(fontsize=8, frameon=False, loc="upper right")
+            ax.legend(fontsize=8, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0),
+                      borderaxespad=0.15)
         ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         ax.set_ylim(0, max(1.0, float(bubbles.max()) * 1.05) if bubbles.max() > 0.8 else
                     min(1.0, float(bubbles.max()) * 1.25 + 0.02))
         if len(x) <= 12:
-            ax.set_xticks(x, [f"S{i}\n{_short(str(d), 14)}" for i, d in
+            ax.set_xticks(x, [f"S{i}\n{_short(str(d), 26 if len(x) <= 6 else 14)}" for i, d in
                               zip(x, tl.stage_devices)] if len(tl.stage_devices) == len(x) else
                           [f"S{i}" for i in x], fontsize=7.5)
         else:
@@ -244,15 +261,16 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
             ax_m.legend(handles=[Patch(color="#E3E3E3", label="capacity"), Patch(color="#55A868", label="peak"),
                                  Patch(color="#DD8452", label="peak > 90%"),
                                  Patch(color="#C44E52", label="peak > capacity")],
-                        fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=4,
-                        handlelength=1.0, columnspacing=0.8, borderaxespad=0.9)
+                        fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4,
+                        bbox_transform=above(ax_m, n_dev),
+                        handlelength=1.0, columnspacing=0.8, borderaxespad=0.15)
         else:
             _note(ax_m, "peak_memory_mb not in summary")
     else:
         _note(ax_u, "no devices in summary")
         _note(ax_m, "no devices in summary")
-    ax_u.set_title("Utilization per device", fontsize=10, loc="left", pad=14)
-    ax_m.set_title("Peak memory vs capacity", fontsize=10, loc="left", pad=14)
+    ax_u.set_title("Utilization per device", fontsize=10, loc="left", pad=18 + lift(n_dev))
+    ax_m.set_title("Peak memory vs capacity", fontsize=10, loc="left", pad=18 + lift(n_dev))
 
     # ---- link block: utilization | contended transfers | wait
     x = 0.35 + dev_block + 0.9 + l_lab
@@ -267,17 +285,19 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
                   for _, d in links]
         lu = np.array([link_util.get(k, np.nan) for k in keys], dtype=float)
         ax_lu.barh(y, np.nan_to_num(lu), color=colors, height=0.72)
-        xmax = max(float(np.nanmax(np.append(lu, 0.0))) * 1.2, 0.05)
+        xmax = max(float(np.nanmax(np.append(lu, 0.0))) * 1.25, 0.01)
         ax_lu.set_xlim(0, min(1.0, xmax) if xmax <= 1 else xmax)
-        ax_lu.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax_lu.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=None))
+        ax_lu.xaxis.set_major_locator(MaxNLocator(nbins=4))
         _hbar_axis(ax_lu, link_labels, l_fs, l_stride, True)
         if n_link <= 40:
             _annotate(ax_lu, y, np.nan_to_num(lu), [f"{100 * v:.1f}%" if np.isfinite(v) else "n/a" for v in lu],
                       l_fs, ax_lu.get_xlim()[1])
         ax_lu.legend(handles=[Patch(color=COMM_COLORS["send F"], label="downstream"),
                               Patch(color=COMM_COLORS["send B"], label="upstream")],
-                     fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2,
-                     handlelength=1.0, borderaxespad=0.9)
+                     fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2,
+                     bbox_transform=above(ax_lu, n_link),
+                     handlelength=1.0, borderaxespad=0.15)
         if contention:
             tot = np.array([contention.get(k, {}).get("transfers", np.nan) for k in keys], dtype=float)
             con = np.array([contention.get(k, {}).get("contended", np.nan) for k in keys], dtype=float)
@@ -293,10 +313,11 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
                           [f"{int(c)}/{int(t)}" if np.isfinite(c) and np.isfinite(t) else "" for c, t in
                            zip(con, tot)], l_fs, cmax / 1.15)
             ax_lc.legend(handles=[Patch(color="#E3E3E3", label="all"), Patch(color="#C44E52", label="contended")],
-                         fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2,
-                         handlelength=1.0, borderaxespad=0.9)
+                         fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2,
+                         bbox_transform=above(ax_lc, n_link),
+                         handlelength=1.0, borderaxespad=0.15)
             ax_lw.barh(y, np.nan_to_num(wait), color="#8172B3", height=0.72)
-            wmax = max(float(np.nanmax(np.append(wait, 0.0))), 1e-3) * 1.2
+            wmax = float(np.nanmax(np.append(wait, 0.0))) * 1.2 or 1.0   # all-zero: plain 0..1 ms axis
             ax_lw.set_xlim(0, wmax)
             ax_lw.xaxis.set_major_locator(MaxNLocator(nbins=4))
             _hbar_axis(ax_lw, link_labels, l_fs, l_stride, False)
@@ -310,9 +331,9 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
     else:
         for a in (ax_lu, ax_lc, ax_lw):
             _note(a, "no transfers")
-    ax_lu.set_title("Utilization per link", fontsize=10, loc="left", pad=14)
-    ax_lc.set_title("Contended transfers", fontsize=10, loc="left", pad=14)
-    ax_lw.set_title("Wait for link (total)", fontsize=10, loc="left", pad=14)
+    ax_lu.set_title("Utilization per link", fontsize=10, loc="left", pad=18 + lift(n_link))
+    ax_lc.set_title("Contended transfers", fontsize=10, loc="left", pad=18 + lift(n_link))
+    ax_lw.set_title("Wait for link (total)", fontsize=10, loc="left", pad=18 + lift(n_link))
 
     fig.savefig(path, dpi=_DPI, facecolor="white", metadata={"Software": None})
     return path

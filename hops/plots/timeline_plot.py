@@ -82,6 +82,10 @@ def _categories(tl: Timeline) -> tuple[np.ndarray, list[str]]:
     return cat, names
 
 
+def idx_of(names: list[str], name: str) -> int:
+    return names.index(name) if name in names else -1
+
+
 def _merge_touching(row, cat, s, e, eps):
     """Coalesce same-(row, colour) bars separated by less than eps; invisible at this zoom."""
     if len(s) == 0:
@@ -175,7 +179,17 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
     if dense:
         b_row, b_cat, b_s, b_e = _merge_touching(b_row, b_cat, b_s, b_e, 0.5 / px_per_x)
     min_w = 0.9 / px_per_x
-    b_e = np.maximum(b_e, b_s + min_w)
+    # Widen to ~1 px only where bars are few per row: widening thousands of sub-pixel
+    # bars would paint a mostly idle stage as busy, while AA blending already shows them.
+    per_row_max = {ci: int(np.bincount(rows[bar & (cat == ci)]).max()) for ci in np.unique(cat[bar])}
+    widen = np.array([per_row_max.get(int(c), 0) < ax_px / 6 for c in b_cat], dtype=bool) if len(b_cat) else \
+        np.zeros(0, bool)
+    b_e = np.where(widen, np.maximum(b_e, b_s + min_w), b_e)
+    # Dense: a pixel column holds several tasks, and blended blue+orange reads as grey
+    # (idle). Give each compute phase its own sub-lane so colours never mix.
+    dense_phases = [p for p in ("F", "B", "BW", "W") if idx_of(names, p) in set(b_cat.tolist())] if dense else []
+    c0, c1 = _COMPUTE
+    sub_h = (c1 - c0) / max(len(dense_phases), 1)
     present = []
     n_comm_cats = len(COMM_COLORS)
     for ci, name in enumerate(names):
@@ -185,12 +199,20 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
         present.append(name)
         is_comm = ci >= len(names) - n_comm_cats
         lane = _COMM if is_comm else _COMPUTE
+        if name in dense_phases:
+            k = dense_phases.index(name)
+            lane = (c0 + k * sub_h, c0 + (k + 1) * sub_h)
         color = COMM_COLORS[name] if is_comm else PHASE_COLORS[name]
         r = b_row[m].astype(float)
         edge = "none" if (dense or is_comm) else "white"
         ax.add_collection(PolyCollection(
             _bars(b_s[m], b_e[m], r + lane[0], r + lane[1]), facecolors=color, edgecolors=edge,
             linewidths=0.4 if edge != "none" else 0.0, zorder=2, antialiaseds=True))
+    if len(dense_phases) > 1:
+        fig.text(1 - right_in / width_in, 0.12 / height_in,
+                 "bars are narrower than a pixel: each phase has its own sub-lane "
+                 f"({', '.join(dense_phases)} top to bottom); faint colour = low share of time",
+                 ha="right", va="bottom", fontsize=8, color="#555555")
 
     # ---- failures: translucent red over the whole row (or over every row if unplaced)
     fail = (tl.kind == "failure") & valid
@@ -206,17 +228,24 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
             ax.axvspan(s_, max(e_, s_ + 2 * min_w), color=FAILURE_COLOR, alpha=0.2, zorder=3, lw=0)
         present.append("failure")
 
-    # ---- microbatch numbers, only when they fit and there are not too many
+    # ---- microbatch numbers: per phase, one font size, and only if most bars of that
+    # phase can take it (labelling 0-9 but not 10+ looks like missing data)
     if not dense:
-        lab = bar & (tl.kind == "compute") & (tl.microbatch >= 0)
-        text_fs = float(np.clip(row_h * 72 * 0.38, 5.0, 8.0))
-        mb = tl.microbatch[lab]
-        need_px = (np.floor(np.log10(np.maximum(mb, 1))) + 1) * text_fs * 0.62 * dpi / 72 + 3
-        fits = (xe[lab] - xs[lab]) * px_per_x >= need_px
-        if 0 < fits.sum() <= _MAX_LABELS:
+        lab_all = bar & (tl.kind == "compute") & (tl.microbatch >= 0)
+        digits = len(str(int(tl.microbatch[lab_all].max()))) if lab_all.any() else 1
+        px_per_pt = 0.62 * dpi / 72 * digits
+        budget = _MAX_LABELS
+        for ph in np.unique(tl.phase[lab_all]):
+            lab = lab_all & (tl.phase == ph)
+            w_px = (xe[lab] - xs[lab]) * px_per_x
+            text_fs = min(8.0, row_h * 72 * 0.38, 0.95 * (float(np.percentile(w_px, 20)) - 3) / px_per_pt)
+            fits = w_px >= text_fs * px_per_pt + 2.5
+            if text_fs < 5.0 or not 0 < fits.sum() <= budget:
+                continue
+            budget -= int(fits.sum())
             cx = ((xs[lab] + xe[lab]) / 2)[fits]
             cy = rows[lab][fits] + sum(_COMPUTE) / 2
-            for x, y, m in zip(cx, cy, mb[fits]):
+            for x, y, m in zip(cx, cy, tl.microbatch[lab][fits]):
                 ax.text(x, y, str(int(m)), ha="center", va="center", fontsize=text_fs,
                         color="white", zorder=4, clip_on=True)
 
@@ -266,6 +295,9 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
         sched = meta.get("schedule") or meta.get("scheduler") or "pipeline"
         n_mb = len(np.unique(tl.microbatch[tl.microbatch >= 0]))
         title = f"{sched}: {tl.n_stages} stages, {n_mb} microbatches"
+        n_it = len(np.unique(tl.iteration[tl.iteration >= 0]))
+        if n_it > 1:
+            title += f" ({n_it} iterations x {tl.microbatches_per_iteration})"
         if "seed" in meta:
             title += f", seed {meta['seed']}"
     fig.suptitle(title, y=1 - 0.1 / height_in, va="top", fontsize=12)

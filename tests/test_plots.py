@@ -1,0 +1,199 @@
+"""Specifications for the run pictures (timeline PNG, dashboard PNG) and the Chrome trace.
+
+The Timelines are generated here (a plain GPipe layout) so these tests depend on
+nothing but the Timeline contract, not on the engine or on fixtures.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hops.chrome_trace import stage_track_name, write_chrome_trace
+from hops.metrics import summarize
+from hops.timeline import Timeline
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+COLUMNS = ("kind", "stage", "device", "microbatch", "phase", "start_ms", "end_ms", "src", "dst", "iteration")
+
+
+def gpipe_timeline(stages: int, microbatches: int, iterations: int = 2, *, failure: bool = True,
+                   fwd_ms: float = 2.0, xfer_ms: float = 0.3) -> Timeline:
+    """All forwards, then all backwards, per iteration; one optimizer step per stage; no overlaps per track."""
+    devices = [f"gpu{s}" for s in range(stages)]
+    rows = {c: [] for c in COLUMNS}
+
+    def add(kind, stage, mb, phase, start, end, src="", dst="", it=0):
+        for c, v in zip(COLUMNS, (kind, stage, devices[stage], mb, phase, start, end, src, dst, it)):
+            rows[c].append(v)
+
+    t = 0.0
+    for it in range(iterations):
+        base = it * microbatches
+        slot = fwd_ms + xfer_ms
+        for m in range(microbatches):
+            for s in range(stages):
+                st = t + (m + s) * slot
+                add("compute", s, base + m, "F", st, st + fwd_ms, it=it)
+                if s + 1 < stages:
+                    add("transfer", s, base + m, "F", st + fwd_ms, st + slot, devices[s], devices[s + 1], it)
+        t_b = t + (microbatches + stages - 1) * slot
+        bslot = 2 * fwd_ms + xfer_ms
+        for m in range(microbatches):
+            for s in reversed(range(stages)):
+                st = t_b + (m + stages - 1 - s) * bslot
+                add("compute", s, base + m, "B", st, st + 2 * fwd_ms, it=it)
+                if s > 0:
+                    add("transfer", s, base + m, "B", st + 2 * fwd_ms, st + bslot, devices[s], devices[s - 1], it)
+        t_end = t_b + (microbatches + stages - 1) * bslot
+        for s in range(stages):
+            add("optimizer", s, -1, "OPT", t_end, t_end + 1.0, it=it)
+        t = t_end + 1.0
+    if failure:
+        # between iterations, on the middle stage: does not overlap anything on that track
+        add("failure", stages // 2, -1, "", t, t + 0.5, it=-1)
+    return Timeline.from_rows(rows, stage_devices=devices, microbatches_per_iteration=microbatches,
+                              meta={"schedule": "gpipe", "seed": 7})
+
+
+def full_summary(tl: Timeline) -> dict:
+    s = summarize(tl)
+    s.update(schedule="gpipe", seed=7)
+    s["memory_capacity_mb"] = {d: 24576.0 for d in tl.stage_devices}
+    s["peak_memory_mb"] = {d: 1000.0 * (i + 1) for i, d in enumerate(tl.stage_devices)}
+    s["link_contention"] = {k: {"transfers": 10, "contended": i % 4, "wait_ms": 0.5 * i}
+                            for i, k in enumerate(s["utilization"]["per_link"])}
+    return s
+
+
+def load_trace(path):
+    doc = json.loads(path.read_text())
+    assert isinstance(doc["traceEvents"], list)
+    return doc["traceEvents"]
+
+
+def thread_names(events) -> dict[tuple[int, int], str]:
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e["ph"] == "M" and e["name"] == "thread_name"}
+
+
+# ---------------------------------------------------------------- chrome trace
+
+def test_chrome_trace_is_json_with_complete_events(tmp_path):
+    tl = gpipe_timeline(4, 6)
+    events = load_trace(write_chrome_trace(tl, tmp_path / "trace.json"))
+    xs = [e for e in events if e["ph"] == "X"]
+    assert len(xs) == len(tl)
+    for e in xs:
+        for key in ("ph", "ts", "dur", "pid", "tid", "name"):
+            assert key in e, (key, e)
+        assert e["ts"] >= 0 and e["dur"] >= 0
+        assert {"microbatch", "phase", "iteration"} <= set(e["args"])
+    names = thread_names(events)
+    assert all((e["pid"], e["tid"]) in names for e in xs), "every slice sits on a named track"
+
+
+def test_chrome_trace_tracks_are_stages_and_links(tmp_path):
+    tl = gpipe_timeline(5, 4)
+    events = load_trace(write_chrome_trace(tl, tmp_path / "trace.json"))
+    expected_stages = {stage_track_name(s, d) for s, d in enumerate(tl.stage_devices)}
+    transfer = tl.kind == "transfer"
+    expected_links = {f"{a}->{b}" for a, b in zip(tl.src[transfer], tl.dst[transfer])}
+    assert set(thread_names(events).values()) == expected_stages | expected_links
+    # transfers go on link tracks, compute/optimizer/failure on stage tracks
+    names = thread_names(events)
+    for e in events:
+        if e["ph"] == "X":
+            track = names[(e["pid"], e["tid"])]
+            assert (track in expected_links) == (e["cat"] == "transfer"), (track, e)
+
+
+def test_chrome_trace_microseconds_and_phase_names(tmp_path):
+    tl = gpipe_timeline(2, 3, iterations=1, failure=False)
+    events = [e for e in load_trace(write_chrome_trace(tl, tmp_path / "t.json")) if e["ph"] == "X"]
+    first_f = next(e for e in events if e["cat"] == "compute" and e["name"] == "F")
+    assert first_f["ts"] == 0 and first_f["dur"] == pytest.approx(2000.0)
+    assert {e["name"] for e in events if e["cat"] == "compute"} == {"F", "B"}
+
+
+def test_chrome_trace_is_deterministic(tmp_path):
+    a = write_chrome_trace(gpipe_timeline(8, 8), tmp_path / "a.json").read_bytes()
+    b = write_chrome_trace(gpipe_timeline(8, 8), tmp_path / "b.json").read_bytes()
+    assert a == b
+
+
+def test_overlapping_events_get_their_own_lane(tmp_path):
+    """Perfetto mis-draws overlapping slices on one thread; they must be split into lanes."""
+    rows = {c: [] for c in COLUMNS}
+    for vals in (("compute", 0, "g0", 0, "F", 0.0, 4.0, "", "", 0),
+                 ("allreduce", 0, "g0", -1, "", 2.0, 6.0, "", "", 0),       # overlaps compute
+                 ("transfer", 0, "g0", 0, "F", 4.0, 8.0, "g0", "g1", 0),
+                 ("transfer", 0, "g0", 1, "F", 5.0, 7.0, "g0", "g1", 0),    # concurrent on the link
+                 ("compute", 1, "g1", 0, "F", 8.0, 10.0, "", "", 0)):
+        for c, v in zip(COLUMNS, vals):
+            rows[c].append(v)
+    tl = Timeline.from_rows(rows, stage_devices=["g0", "g1"], microbatches_per_iteration=1)
+    events = load_trace(write_chrome_trace(tl, tmp_path / "t.json"))
+    by_thread: dict[tuple, list] = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_thread.values():
+        spans.sort()
+        assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:]))
+    names = set(thread_names(events).values())
+    assert {"stage 0 (g0)", "stage 0 (g0) #2", "g0->g1", "g0->g1 #2", "stage 1 (g1)"} == names
+
+
+# ---------------------------------------------------------------- PNGs
+
+def assert_png(path):
+    data = path.read_bytes()
+    assert len(data) > 1000 and data[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize("stages", [2, 8, 64])
+def test_timeline_png(tmp_path, stages):
+    from hops.plots import plot_timeline
+
+    tl = gpipe_timeline(stages, 12 if stages == 64 else 24)
+    assert_png(plot_timeline(tl, tmp_path / "timeline.png"))
+
+
+@pytest.mark.parametrize("stages", [2, 8, 64])
+def test_dashboard_png(tmp_path, stages):
+    from hops.plots import plot_dashboard
+
+    tl = gpipe_timeline(stages, 12 if stages == 64 else 24)
+    assert_png(plot_dashboard(full_summary(tl), tl, tmp_path / "dashboard.png"))
+
+
+def test_dashboard_without_simulator_only_sections(tmp_path):
+    """A measured trace has no memory or contention model; the dashboard still renders."""
+    from hops.plots import plot_dashboard
+
+    tl = gpipe_timeline(3, 6)
+    assert_png(plot_dashboard(summarize(tl), tl, tmp_path / "d.png"))
+
+
+def test_dense_timeline_and_title(tmp_path):
+    from hops.plots import plot_timeline
+
+    tl = gpipe_timeline(4, 400, iterations=1)   # bars far narrower than a pixel
+    assert_png(plot_timeline(tl, tmp_path / "t.png", title="dense"))
+
+
+def test_empty_timeline_does_not_crash(tmp_path):
+    from hops.plots import plot_timeline
+
+    tl = Timeline.from_rows({c: [] for c in COLUMNS}, stage_devices=["a", "b"], microbatches_per_iteration=1)
+    assert_png(plot_timeline(tl, tmp_path / "t.png"))
+    load_trace(write_chrome_trace(tl, tmp_path / "t.json"))
+
+
+def test_importing_plots_does_not_import_matplotlib():
+    code = ("import sys, hops.timeline, hops.metrics, hops.plots, hops.chrome_trace; "
+            "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
