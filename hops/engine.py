@@ -324,4 +324,5 @@ def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev
         "iteration": np.concatenate([c[:, 5], x[:, 6], o_times[:, 2]]).astype(np.int64),
     }
     return Timeline.from_rows(cols, stage_devices=stage_dev, microbatches_per_iteration=scenario.microbatches,
-                              samples_per_microbatch=scenario.micro_batch_size)
+                              samples_per_microbatch=scenario.micro_batch_size,
+                              meta={"source": "simulation", "schedule": scenario.schedule})
