@@ -1,0 +1,1 @@
+"""Studies that use the HOPS library."""
