@@ -54,7 +54,35 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "model_fingerprint": catalog.fingerprint(),
     })
     summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"]))
-    return Result(sc, summary, res.timeline, res.extras)
+    extras = dict(res.extras)
+    if sc.failure is not None:
+        extras["horizon"] = horizon = run_horizon(sc, topo, catalog, summary, seed)
+        from .failures import summary_block
+
+        summary["failures"] = summary_block(horizon)
+        summary["stragglers"] = {d: f for d, f in sorted(res.extras["stragglers"].items()) if f != 1.0}
+    return Result(sc, summary, res.timeline, extras)
+
+
+def run_horizon(sc: Scenario, topo: Topology, catalog: Catalog, summary: dict, seed: int):
+    """Carry the detailed run's steady-state iteration time over the failure horizon.
+
+    Stragglers were already applied to the detailed run, so the horizon gets slowdown 1.0
+    (drawing them again would count them twice).
+    """
+    from .failures import resolve_device_mtbf, simulate_horizon
+
+    cfg = sc.failure
+    mtbf = None
+    if cfg.devices.mtbf_hours is not None:
+        pairs = [(d.id, d.gpu) for d in sc.devices]
+        mtbf = resolve_device_mtbf(cfg, pairs, {k: v["mtbf_hours"] for k, v in catalog.devices.items()})
+    iteration_ms = 1000.0 / summary["throughput"]["iterations_per_s"]
+    comm = summary["communication_overhead"]
+    return simulate_horizon(cfg, iteration_ms=iteration_ms, n_devices=len(sc.devices), seed=seed,
+                            straggler_slowdown=1.0, comm_fraction=min(1.0, comm / (1.0 + comm)),
+                            device_mtbf_hours=mtbf,
+                            samples_per_iteration=sc.microbatches * sc.micro_batch_size)
 
 
 def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float) -> dict:

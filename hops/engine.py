@@ -106,6 +106,15 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
 
     n_total = iters * m
     samples = compute.sample(rngs["compute"], n_total)
+    stragglers = {}
+    if scenario.failure is not None:  # per-device slowdowns (fixed or drawn) stretch that device's compute
+        from .failures import straggler_factors
+
+        stragglers = straggler_factors(scenario.failure, dev_ids, rngs["straggler"])
+        for s in range(p):
+            factor = stragglers.get(stage_dev[s], 1.0)
+            if factor != 1.0:
+                samples[s] = {ph: arr * factor for ph, arr in samples[s].items()}
     dur = [[samples[s][ph] for ph in PHASE_CODES] for s in range(p)]
     dur = [[arr.tolist() for arr in row] for row in dur]
     base_ms = [lp.transfer_ms(msg_mb) for lp in links]
@@ -261,7 +270,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
                   for k, lp in enumerate(links)}
     return EngineResult(tl, exp, sched, peak_in_flight, link_stats,
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
-                         "links": links})
+                         "links": links, "stragglers": stragglers})
 
 
 def _optimizer_ms(scenario, compute: ComputeModel, catalog) -> list[float]:
