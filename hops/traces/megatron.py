@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..timeline import EVENTS_CSV_HEADER, Timeline
+from .guard import check_fixture_dir
 
 # Bump when the mapping below changes so stale caches are never served.
 IMPORTER_VERSION = "1"
@@ -185,12 +186,16 @@ def _load(path: Path) -> Timeline | None:
                     samples_per_microbatch=header["samples_per_microbatch"], meta=header["meta"])
 
 
-def load_trace(fixture_dir: str | Path, cache_dir: str | Path | None = None, *, use_cache: bool = True) -> Timeline:
+def load_trace(fixture_dir: str | Path, cache_dir: str | Path | None = None, *, use_cache: bool = True,
+               token: object = None) -> Timeline:
     """The fixture's measured run as a Timeline (ms from the earliest event, all iterations kept).
 
     Cached as .npz keyed by the content of the trace files and stage map, so an
     edited trace is re-parsed and an unchanged one loads in milliseconds.
+    A fixture of the held-out test split is refused (SplitGuardError) unless a
+    checkpoint token from hops.traces.guard is passed (see that module).
     """
+    check_fixture_dir(fixture_dir, token)
     fixture_dir = Path(fixture_dir)
     devices = stage_map(fixture_dir)
     files = trace_files(fixture_dir)
