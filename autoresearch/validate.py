@@ -104,10 +104,7 @@ def _evaluate(fixture: Fixture, variants: tuple[str, ...], overrides, seed, cach
             result = predict(name, fixture, catalog, seed=seed, replay_fit=fit)
             predicted = scoring.side_of(result.timeline)
             scored = scoring.score(measured.side, predicted)
-            # Diagnostic only (not in the JSON): replay's known over-prediction, see autoresearch.variants.
-            edge = measured.fit.edge_bias(predicted.window_ms) * 100.0 if VARIANTS[name].uses_trace else math.nan
-            rows.append({"id": fixture.id, "split": fixture.split, "variant": name, **groups, **scored,
-                         "edge_bias_pct": edge})
+            rows.append({"id": fixture.id, "split": fixture.split, "variant": name, **groups, **scored})
         return rows, measured
     except SplitGuardError:
         raise
@@ -202,9 +199,6 @@ class Report:
         grp = grp.pivot_table(index=["group", "label"], columns="variant", values="mape", sort=False)
         grp = grp.reindex(columns=[v for v in self.variants if v in grp.columns])
         phase = scoring.phase_error_table(self.phases())
-        edge = df["edge_bias_pct"].dropna()
-        edge_note = (f"replay edge bias (final host overhead outside the simulated window, see "
-                     f"autoresearch.variants): mean {edge.mean():.2f}% of predicted throughput" if len(edge) else "")
         with pd.option_context("display.width", 250, "display.max_rows", None, "display.max_columns", None,
                                "display.float_format", "{:.2f}".format):
             parts = [
@@ -216,7 +210,7 @@ class Report:
                 "MAPE % by group", grp.to_string(), "",
                 "phase error, predicted - measured ms per iteration (mean over stages, then fixtures)",
                 phase.to_string(),
-            ] + ([edge_note] if edge_note else [])
+            ]
         return "\n".join(parts)
 
 

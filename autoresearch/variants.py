@@ -6,18 +6,9 @@ derived from the target trace can reach them. Only `replay` receives a
 `ReplayFit`, and a ReplayFit can only be made from a measured Timeline.
 `tests/test_validate.py` proves the boundary by perturbing a trace.
 
-Replay fidelity limits imposed by the scenario schema (hops/scenario.py is not
-ours to change; the extensions that would remove them are listed in
-`SCHEMA_GAPS`):
-- one `optimizer.step_ms` for all stages: we use the per-iteration maximum
-  over stages, averaged over iterations. All stages start their step together
-  after the dead time and the next iteration waits for the slowest, so the
-  maximum is what the iteration pays.
-- `pipeline.host_overhead` elapses after the optimizer, while the traces show
-  the dead time before it. The sum per iteration is the same, but the metrics
-  window ends with the last iteration's optimizer, so the simulated window
-  holds one dead time fewer than the measured one: replay over-predicts
-  throughput by about mean dead time / window (see `edge_bias`).
+Replay takes per-stage forward/backward distributions, per-stage optimizer steps, the
+per-iteration dead time (placed before the optimizer, where the engine puts host
+overhead and the traces show it) and measured transfer times from the target trace.
 """
 from __future__ import annotations
 
@@ -37,14 +28,6 @@ from hops.timeline import Timeline
 from hops.traces import link_overrides
 
 from .fixtures import Fixture
-
-SCHEMA_GAPS = (
-    "optimizer.step_ms per stage (a list, or overrides.stages[i].optimizer_step_ms): replay must use the max "
-    "over stages today",
-    "pipeline.host_overhead placement (before_optimizer | after_optimizer), or a timeline row for it: the "
-    "simulated metrics window misses the last iteration's host overhead",
-)
-
 
 class VariantError(HopsError, ValueError):
     """An unknown variant name was requested."""
@@ -113,15 +96,9 @@ class ReplayFit:
     backward: tuple[Lognormal, ...] | None  # fused backward per stage
     backward_b: tuple[Lognormal, ...] | None  # split backward, when the trace reports it
     backward_w: tuple[Lognormal, ...] | None
-    optimizer_step_ms: float | None  # None: the trace has no optimizer events
+    optimizer_step_ms: tuple[float, ...] | None  # per stage; None: the trace has no optimizer events
     host_overhead: Lognormal | None
     transfers: tuple[tuple[str, str, Lognormal], ...]
-
-    def edge_bias(self, predicted_window_ms: float) -> float:
-        """Relative throughput over-prediction from the missing final host overhead (see module doc)."""
-        if self.host_overhead is None or predicted_window_ms <= 0:
-            return 0.0
-        return self.host_overhead.mean_ms / predicted_window_ms
 
 
 def _per_stage(w: Timeline, mask: np.ndarray, n_stages: int, what: str) -> tuple[Lognormal, ...]:
@@ -152,19 +129,21 @@ def fit_replay(tl: Timeline) -> ReplayFit:
     iters = np.unique(w.iteration[w.iteration >= 0])
     opt = w.kind == "optimizer"
     work = compute | (w.kind == "transfer")
-    opt_max, dead = [], []
+    dead = []
     for k, it in enumerate(iters):
         mine = w.iteration == it
         o = mine & opt
         step = float(np.max(w.end_ms[o] - w.start_ms[o])) if o.any() else 0.0
-        if o.any():
-            opt_max.append(step)
         if k + 1 < len(iters):
             # Gap from the iteration's last compute/transfer to the next iteration's first event,
             # minus the optimizer the simulator will charge inside that gap.
             nxt = float(w.start_ms[w.iteration == iters[k + 1]].min())
             dead.append(max(nxt - float(w.end_ms[mine & work].max()) - step, 0.0))
-    step_ms = float(np.mean(opt_max)) if opt_max else None
+    step_ms = None
+    if opt.any():  # mean step per stage: every stage steps after the barrier, the slowest sets the pace
+        dur_opt = w.end_ms - w.start_ms
+        step_ms = tuple(float(np.mean(dur_opt[opt & (w.stage == s)])) if (opt & (w.stage == s)).any() else 0.0
+                        for s in range(p))
     host = Lognormal.fit(np.array(dead)) if dead and np.mean(dead) > 0 else None
 
     transfer = w.kind == "transfer"
@@ -190,7 +169,7 @@ def replay_scenario(fixture: Fixture, fit: ReplayFit, catalog: Catalog) -> dict:
         stage["compute"] = comp
     opt = dict(doc.get("optimizer") or {})
     if fit.optimizer_step_ms is not None:
-        opt.update(enabled=True, step_ms=fit.optimizer_step_ms)
+        opt.update(enabled=True, step_ms=list(fit.optimizer_step_ms))
     else:
         opt["enabled"] = False
     doc["optimizer"] = opt

@@ -98,7 +98,7 @@ class Scenario:
     links: tuple[LinkOverride, ...]  # explicit links (type preset) and measured overrides
     device_overrides: Mapping[str, Mapping[str, float]]
     optimizer_enabled: bool
-    optimizer_step_ms: float | None
+    optimizer_step_ms: tuple[float, ...] | None  # per stage
     dp_degree: int
     dp_algorithm: str
     dp_interconnect: str | None
@@ -286,7 +286,7 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
         links=links,
         device_overrides=dev_over,
         optimizer_enabled=opt.get("enabled", bool, False),
-        optimizer_step_ms=opt.get("step_ms", float, None, nonneg=True),
+        optimizer_step_ms=_step_ms(opt, len(stages)),
         dp_degree=dp.get("degree", int, 1, positive=True),
         dp_algorithm=dp.get("algorithm", str, "ring", choices=("ring", "naive")),
         dp_interconnect=dp.get("interconnect", str, None, choices=tuple(catalog.interconnects)),
@@ -391,6 +391,18 @@ def _parse_device_overrides(overrides: _Reader, device_ids) -> dict:
         d.check_keys(set(DEVICE_VALUE_KEYS))
         out[dev] = {k: d.get(k, float, positive=True) for k in d.data}
     return out
+
+
+def _step_ms(opt: _Reader, n_stages: int) -> tuple[float, ...] | None:
+    """optimizer.step_ms: one number for every stage, or a list with one number per stage."""
+    value = opt.data.get("step_ms")
+    if isinstance(value, list):
+        if len(value) != n_stages:
+            opt.fail(opt.sub("step_ms"), f"got {len(value)} values; expected one per stage ({n_stages})")
+        items = _Reader({str(i): v for i, v in enumerate(value)}, opt.sub("step_ms"), opt.source)
+        return tuple(items.get(str(i), float, nonneg=True) for i in range(n_stages))
+    step = opt.get("step_ms", float, None, nonneg=True)
+    return None if step is None else (step,) * n_stages
 
 
 def _parse_failure(section, src):
