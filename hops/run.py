@@ -1,0 +1,388 @@
+"""`python -m hops.run`: the Hydra app around `hops.simulate`.
+
+    python -m hops.run                                   # the default scenario (hetero_pp4)
+    python -m hops.run +scenario=h100_pair pipeline.schedule=gpipe
+    python -m hops.run scenario_file=path/to/hops.base.yaml simulation.seed=3
+    python -m hops.run catalog.interconnects.ethernet.bandwidth_gbps=12.5
+    python -m hops.run -m +scenario=hetero_pp4 pipeline.schedule=gpipe,1f1b simulation.seed=1,2
+
+Config tree: conf/ at the repository root (conf/config.yaml). Every run writes into
+Hydra's run directory: summary.json, events.csv, timeline.png, dashboard.png,
+trace.json (plus Hydra's .hydra/ with the resolved config); a -m sweep also writes
+<sweep dir>/sweep_results.csv (hops.sweep.SweepTable).
+
+User errors (bad scenario, bad override, unknown scenario name) end with one line on
+stderr and exit code 2; HYDRA_FULL_ERROR=1 shows the traceback instead.
+This module imports Hydra; the hops core never does. matplotlib is imported only when
+plots are drawn (output.plots=true).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import HopsError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
+GROUP_SECTIONS = SECTIONS[:-1]  # config groups; `overrides` is a plain key of conf/config.yaml
+# Mappings whose keys are open-ended (preset names, device ids, the failure schema):
+# `catalog.x.y=v` is passed to Hydra as `++catalog.x.y=v`, so no `+` is needed to add a key.
+# Their keys are validated by hops itself (Catalog.load / the scenario parser).
+OPEN_PREFIXES = ("catalog.", "overrides.", "failure.")
+EXIT_USER_ERROR = 2
+ERROR_FILE = "error.txt"  # a sweep job's user error, read by hops.sweep
+_USER_FULL_ERROR = False  # the user's HYDRA_FULL_ERROR=1 (main() sets the variable for its own use)
+
+
+# --------------------------------------------------------------------------- the task
+def task(cfg) -> float:
+    """One Hydra job: compose the scenario, simulate, write outputs, print a summary.
+
+    Returns samples/s, so an optimizing sweeper (e.g. Optuna) can use it as its objective.
+    """
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        doc, name = scenario_document(cfg, hc)
+        catalog = load_catalog(cfg)
+
+        from . import simulate
+
+        result = simulate(doc, catalog=catalog)
+    except HopsError as exc:
+        src = cfg.get("scenario_file")
+        if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
+            exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
+        if multirun:
+            # One bad combination must not lose the whole sweep: record it for the sweep
+            # table (hops.sweep reports failed jobs and makes the sweep exit with code 2).
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / ERROR_FILE).write_text(f"{exc}\n")
+            print(f"[job {hc.job.num}] error: {exc}", file=sys.stderr, flush=True)
+            return float("nan")
+        if _USER_FULL_ERROR:
+            raise
+        # Single run: exit here, before Hydra adds its own "Error executing job" line.
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    (run_dir / ERROR_FILE).unlink(missing_ok=True)
+    sm = result.summary
+    title = (f"{name} · {sm.get('schedule')} · {sm['throughput']['samples_per_s']:.2f} samples/s · "
+             f"bubble {100 * sm['bubble_ratio']:.1f} %")
+    paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg))
+    _emit(job_line(result.summary, hc, run_dir) if multirun else format_summary(result, name, paths))
+    return float(result.summary["throughput"]["samples_per_s"])
+
+
+def scenario_document(cfg, hc) -> tuple[dict, str]:
+    """The six-section scenario this job runs, as a plain dict, and a display name."""
+    from omegaconf import OmegaConf
+
+    from .errors import ScenarioError
+
+    choices = dict(hc.runtime.choices)
+    if cfg.get("scenario_file"):
+        if choices.get("scenario"):
+            raise ScenarioError("scenario_file", "use either +scenario=NAME or scenario_file=PATH, not both")
+        from hydra.utils import to_absolute_path
+
+        from .scenario import load_document
+
+        path = Path(to_absolute_path(str(cfg.scenario_file)))
+        if not path.is_file():
+            raise ScenarioError("scenario_file", f"file not found: {path}")
+        data, _ = load_document(path)
+        if not isinstance(data, dict):
+            raise ScenarioError("scenario_file", f"{path}: expected a mapping of scenario sections")
+        doc = OmegaConf.create(data)
+        apply_section_overrides(doc, list(hc.overrides.task), cfg)
+        name = path.parent.name if path.name == "hops.base.yaml" else path.stem
+        return OmegaConf.to_container(doc, resolve=True), name
+    container = OmegaConf.to_container(cfg, resolve=True)
+    doc = {key: container[key] for key in SECTIONS if key in container}
+    return doc, choices.get("scenario") or "hetero_pp4 (default)"
+
+
+def apply_section_overrides(doc, overrides: list[str], cfg) -> None:
+    """Re-apply the command line's section overrides onto a scenario loaded from a file.
+
+    Hydra has already composed (and so checked) them against conf/; here the same
+    overrides are replayed, with Hydra's semantics, onto the file's own sections:
+    `a.b=v` sets (merging mappings), `~a.b` deletes, `pipeline=NAME` takes the whole
+    section from the config group. Everything else (hydra.*, catalog.*, scenario_file)
+    is not part of the scenario and is skipped.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+
+    for ov in OverridesParser.create().parse_overrides(overrides):
+        key = ov.key_or_group
+        head = key.split(".", 1)[0]
+        if head not in SECTIONS:
+            continue
+        if "." not in key and head in GROUP_SECTIONS:  # a config-group choice: the composed section
+            doc[head] = OmegaConf.to_container(cfg[head], resolve=True)
+            continue
+        if ov.is_delete():
+            parent_key, _, leaf = key.rpartition(".")
+            parent = OmegaConf.select(doc, parent_key) if parent_key else doc
+            if parent is not None and leaf in parent:
+                with open_dict(parent):
+                    del parent[leaf]
+            continue
+        OmegaConf.update(doc, key, ov.value(), merge=True, force_add=True)
+
+
+def catalog_overrides(cfg) -> dict[str, Any]:
+    """The run's `catalog.*` mapping flattened to the dotted paths Catalog.load takes."""
+    from omegaconf import OmegaConf
+
+    node = cfg.get("catalog")
+    raw = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif prefix:
+            flat[prefix] = value
+
+    walk("", raw)
+    return flat
+
+
+def load_catalog(cfg):
+    """Presets with the run's `catalog.*` overrides applied."""
+    from .hardware import Catalog, CatalogError
+
+    try:
+        return Catalog.load(catalog_overrides(cfg))
+    except CatalogError as exc:
+        raise CatalogError(f"catalog: {exc}") from None
+
+
+def write_outputs(result, run_dir: Path, title: str | None = None,
+                  catalog_overrides: dict | None = None) -> dict[str, Path]:
+    """summary.json + events.csv (Result.write), then plots and trace.json as configured."""
+    paths = dict(result.write(run_dir))
+    paths["scenario"] = run_dir / "scenario.yaml"  # exactly what ran: re-run with scenario_file=<this>
+    paths["scenario"].write_text(_scenario_yaml(result.scenario.raw, catalog_overrides))
+    out = result.scenario.output
+    if out.get("plots", True):
+        from .plots import plot_dashboard, plot_timeline
+
+        paths["timeline"] = Path(plot_timeline(result.timeline, run_dir / "timeline.png", title=title))
+        paths["dashboard"] = Path(plot_dashboard(result.summary, result.timeline, run_dir / "dashboard.png"))
+        if result.extras.get("horizon") is not None:
+            from .plots.progress import plot_progress
+
+            paths["progress"] = Path(plot_progress(result.extras["horizon"], run_dir / "progress.png",
+                                                   title=title))
+    if out.get("chrome_trace", True):
+        from .chrome_trace import write_chrome_trace
+
+        paths["trace"] = Path(write_chrome_trace(result.timeline, run_dir / "trace.json"))
+    if out.get("dir"):
+        print(f"note: output.dir={out['dir']} is ignored by hops.run; outputs go to Hydra's run dir "
+              f"(set hydra.run.dir=DIR)", file=sys.stderr)
+    return paths
+
+
+def _scenario_yaml(doc: dict, catalog_overrides: dict | None = None) -> str:
+    import yaml
+
+    head = "# The scenario this run simulated (all overrides applied). Re-run: python -m hops.run scenario_file=<this>\n"
+    if catalog_overrides:
+        head += "# ... with these preset overrides: " + " ".join(
+            f"catalog.{k}={v}" for k, v in catalog_overrides.items()) + "\n"
+    return head + yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=None, width=120)
+
+
+# --------------------------------------------------------------------------- printing
+def _emit(text: str) -> None:
+    """Print to stdout; a closed pipe (`python -m hops.run | head`) is not an error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def slowest_stage(summary: dict) -> dict | None:
+    """The stage with the longest expected forward + backward per microbatch."""
+    stages = summary.get("stages") or []
+    if not stages:
+        return None
+
+    def per_mb(st):
+        e = st["expected_ms"]
+        return e["F"] + (e.get("BW") or e.get("B", 0.0) + e.get("W", 0.0))
+
+    worst = max(stages, key=per_mb)
+    util = (summary.get("utilization") or {}).get("per_stage", {}).get(str(worst["stage"]))
+    return {**worst, "per_microbatch_ms": per_mb(worst), "utilization": util}
+
+
+def format_summary(result, name: str, paths: dict[str, Path]) -> str:
+    s = result.summary
+    tp = s["throughput"]
+    sched = s.get("schedule", "?")
+    eff = s.get("scheduler_effective")
+    try:
+        from .schedulers import resolve_scheduler
+
+        own_name = resolve_scheduler(sched).name
+    except Exception:  # noqa: BLE001 - display only
+        own_name = sched
+    sched_txt = sched if not eff or eff == own_name else f"{sched} (chose {eff})"
+    lines = [f"HOPS {name}: {len(s.get('stages', []))} stages, schedule {sched_txt}, seed {s.get('seed')}",
+             f"  throughput     {tp['samples_per_s']:.2f} samples/s  ({tp['microbatches_per_s']:.2f} microbatches/s, "
+             f"{tp['iterations_per_s']:.3f} iterations/s)",
+             f"  bubble         {100 * s['bubble_ratio']:.1f} %   makespan {s['makespan_ms']:.0f} ms over "
+             f"{s['window']['iterations']} iterations, microbatch latency p50 {s['latency_ms']['p50']:.1f} / "
+             f"p99 {s['latency_ms']['p99']:.1f} ms"]
+    worst = slowest_stage(s)
+    if worst:
+        e = worst["expected_ms"]
+        util = f", {100 * worst['utilization']:.0f} % busy" if worst.get("utilization") is not None else ""
+        lines.append(f"  slowest stage  {worst['stage']} on {worst['device']} ({worst['gpu']}): F {e['F']:.1f} + "
+                     f"B {worst['per_microbatch_ms'] - e['F']:.1f} = {worst['per_microbatch_ms']:.1f} ms per "
+                     f"microbatch{util}")
+    peak, cap = s.get("peak_memory_mb", {}), s.get("memory_capacity_mb", {})
+    if peak:
+        order = list(dict.fromkeys([st["device"] for st in s.get("stages", []) if st["device"] in peak] + list(peak)))
+        peak_line = len(lines)
+        items = [f"{d} {peak[d] / 1000:.1f}/{cap.get(d, float('nan')) / 1000:.0f} GB" for d in order]
+        row: list[str] = []
+        for item in items:  # wrap at ~100 columns
+            if row and 17 + len("   ".join([*row, item])) > 100:
+                lines.append(("  peak memory    " if len(lines) == peak_line else " " * 17) + "   ".join(row))
+                row = []
+            row.append(item)
+        lines.append(("  peak memory    " if len(lines) == peak_line else " " * 17) + "   ".join(row))
+        over = s.get("memory_over_capacity") or []
+        if over:
+            lines.append(f"  !! over memory capacity: {', '.join(over)}")
+    fails = s.get("failures")
+    if isinstance(fails, dict):
+        intr = fails.get("interruptions", {})
+        good = fails.get("goodput_ratio")
+        hours = fails.get("horizon_ms", 0.0) / 3.6e6
+        lines.append(f"  failures       {intr.get('unexpected', fails.get('count', '?'))} unexpected + "
+                     f"{intr.get('planned', 0)} planned interruptions over {hours:.0f} h"
+                     + (f", goodput {100 * good:.1f} %" if good is not None else ""))
+    lines.append("outputs:")
+    lines += [f"  {p}" for p in paths.values()]
+    return "\n".join(lines)
+
+
+def job_line(summary: dict, hc, run_dir: Path) -> str:
+    """One line per sweep job (jobs run in parallel; their full summaries are in their dirs)."""
+    ovs = " ".join(o.lstrip("+") for o in hc.overrides.task)
+    return (f"[job {hc.job.num}] {ovs or '(defaults)'}: {summary['throughput']['samples_per_s']:.2f} samples/s, "
+            f"bubble {100 * summary['bubble_ratio']:.1f} % -> {run_dir}")
+
+
+# --------------------------------------------------------------------------- errors
+def _available(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def user_error_message(exc: BaseException) -> str | None:
+    """One line for an error caused by the user's input; None for anything else (a bug)."""
+    if isinstance(exc, HopsError):
+        return str(exc)
+    try:
+        from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+        from omegaconf.errors import OmegaConfBaseException
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(exc, OverrideParseException):
+        return f"bad override {getattr(exc, 'override', '')!r}: {_squash(str(exc))}"
+    if isinstance(exc, MissingConfigException):
+        missing = str(getattr(exc, "missing_cfg_file", "") or "")
+        group, _, option = missing.rpartition("/")
+        options = list(getattr(exc, "options", None) or []) or (_available(group) if group else [])
+        if group == "hydra/launcher" and option == "ray":
+            return "hydra/launcher=hops_ray needs the Ray launcher plugin: pip install -e \".[ray]\""
+        if group:
+            what = "scenario" if group == "scenario" else f"{group} option"
+            return f"{group}: unknown {what} {option!r}; available: {', '.join(options) or '(none)'}"
+        return _squash(str(exc))
+    if isinstance(exc, (HydraException, OmegaConfBaseException)):
+        cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+        text = str(exc)
+        full_key = getattr(cause, "full_key", None)
+        if "not in struct" in str(cause) and full_key:
+            parent = getattr(cause, "parent_node", None)
+            keys = sorted(str(k) for k in parent.keys()) if parent is not None and hasattr(parent, "keys") else []
+            hint = f"; expected one of {', '.join(keys)}" if keys else ""
+            return f"{full_key}: unknown key{hint} (prefix + to add a new key: +{full_key}=...)"
+        if "No match in the defaults list" in text and "'scenario'" in text:
+            return f"scenario: use +scenario=NAME (with a +); available: {', '.join(_available('scenario'))}"
+        if "Multiple values for scenario" in text:
+            return "scenario: only one +scenario=NAME per run"
+        return _squash(text + (f" ({_squash(str(exc.__cause__))})" if exc.__cause__ is not None else ""))
+    return None
+
+
+def _squash(text: str) -> str:
+    """Hydra messages are multi-line; the user gets one line."""
+    parts = [p.strip() for p in text.replace("\t", " ").splitlines() if p.strip()]
+    parts = [p for p in parts if not p.startswith(("Set the environment variable HYDRA_FULL_ERROR",
+                                                       "full_key:", "object_type="))]
+    return "; ".join(parts)
+
+
+def open_namespace_args(argv: list[str]) -> list[str]:
+    """`catalog.a.b=v` -> `++catalog.a.b=v` (and overrides., failure.): add-or-override."""
+    return [f"++{a}" if a.startswith(OPEN_PREFIXES) and "=" in a else a for a in argv]
+
+
+# --------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> None:
+    """Run the Hydra app; user errors become one line on stderr and exit code 2."""
+    import hydra
+
+    if not (CONF_DIR / "config.yaml").is_file():
+        print(f"error: config tree not found at {CONF_DIR} (hops.run needs the repository checkout's conf/; "
+              f"install with pip install -e .)", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    args = open_namespace_args(list(sys.argv[1:] if argv is None else argv))
+    global _USER_FULL_ERROR
+    user_full_error = _USER_FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    # Make Hydra raise instead of printing its multi-line report; we print one line ourselves.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0] if saved_argv else "hops.run", *args]
+    app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(task)
+    try:
+        app()
+        from .sweep import FAILED_SWEEPS, SweepError
+
+        if FAILED_SWEEPS:
+            raise SweepError(FAILED_SWEEPS.pop())
+    except BrokenPipeError:  # `python -m hops.run --help | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except Exception as exc:  # noqa: BLE001 - classified below
+        message = None if user_full_error else user_error_message(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    finally:
+        sys.argv = saved_argv
+        if not user_full_error:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+if __name__ == "__main__":
+    main()

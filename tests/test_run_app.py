@@ -1,0 +1,344 @@
+"""The run app: `python -m hops.run` with Hydra configs, sweeps, outputs and one-line errors.
+
+Every run goes to a tmp dir (hydra.run.dir / hydra.sweep.dir) so nothing lands in the repo.
+Cheap cases run in-process through hops.run.main(argv); what only a real process shows
+(exit codes, stderr without a traceback, parallel launchers, lazy imports) runs as a
+subprocess.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hops import simulate
+from hops.run import CONF_DIR, SECTIONS, main
+from hops.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+SCENARIOS = sorted(p.stem for p in (CONF_DIR / "scenario").glob("*.yaml"))
+MY_SCENARIOS = ["hetero_pp4", "h100_pair", "dgx_h100", "mixed_pp6", "straggler_pp4"]
+FIXTURE = "train/cluster_results/exp2_10_all_nodes_gpipe_run97/hops.base.yaml"
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-m", "hops.run", *args], cwd=cwd or REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(autouse=True)
+def _no_full_error(monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+
+
+def run_inproc(tmp_path: Path, *args: str, name: str = "run") -> Path:
+    out = tmp_path / name
+    main([*args, f"hydra.run.dir={out}"])
+    return out
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# --------------------------------------------------------------------------- default run, outputs
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("default") / "run"
+    proc = cli(f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_default_run_writes_every_output_and_prints_a_summary(default_run):
+    out, proc = default_run
+    for name in ("summary.json", "events.csv", "timeline.png", "dashboard.png", "trace.json", "scenario.yaml",
+                 ".hydra/config.yaml", ".hydra/overrides.yaml"):
+        assert (out / name).is_file(), name
+    for png in ("timeline.png", "dashboard.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = proc.stdout
+    assert "hetero_pp4" in text
+    for label in ("throughput", "samples/s", "bubble", "slowest stage", "peak memory"):
+        assert label in text, label
+    for device in ("l4_0", "l4_1", "a10g_0", "a10g_1"):
+        assert re.search(rf"{device} [\d.]+/24 GB", text), device
+    assert str(out / "summary.json") in text and str(out / "trace.json") in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["device"] for s in summary["stages"]] == ["l4_0", "l4_1", "a10g_0", "a10g_1"]
+    assert summary["throughput"]["samples_per_s"] > 0
+
+
+def test_trace_json_is_chrome_trace_with_stage_and_link_tracks(default_run):
+    out, _ = default_run
+    trace = json.loads((out / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    assert events and all(e["ph"] in {"X", "M", "i", "I", "C", "B", "E"} for e in events)
+    slices = [e for e in events if e["ph"] == "X"]
+    assert slices and all({"name", "ts", "dur", "pid", "tid"} <= set(e) and e["dur"] >= 0 for e in slices)
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"stages", "links"} <= processes
+    for stage, device in enumerate(["l4_0", "l4_1", "a10g_0", "a10g_1"]):
+        assert any(t.startswith(f"stage {stage} ({device})") for t in threads), (stage, threads)
+    for link in ("l4_0->l4_1", "l4_1->a10g_0", "a10g_0->a10g_1", "a10g_1->a10g_0"):
+        assert any(t.startswith(link) for t in threads), (link, threads)
+    names = {e["name"] for e in slices}
+    assert {"F", "BW"} <= names and any(n.startswith("send") for n in names)
+
+
+def test_plots_off_and_heavy_libraries_stay_unimported(tmp_path):
+    out = tmp_path / "run"
+    code = ("import sys\nfrom hops.run import main\n"
+            f"main(['output.plots=false', 'hydra.run.dir={out}'])\n"
+            "print('HEAVY', sorted(m for m in ('matplotlib', 'mlflow', 'pandas', 'optuna') if m in sys.modules))\n")
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout
+    assert (out / "summary.json").is_file() and not (out / "timeline.png").exists()
+
+
+# --------------------------------------------------------------------------- named scenarios
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_named_scenario_runs(tmp_path, name):
+    out = run_inproc(tmp_path, f"+scenario={name}", "output.plots=false", "output.chrome_trace=false")
+    summary = json.loads((out / "summary.json").read_text())
+    import yaml
+
+    declared = yaml.safe_load((CONF_DIR / "scenario" / f"{name}.yaml").read_text())
+    assert len(summary["stages"]) == len(declared["pipeline"]["stages"])
+    assert summary["schedule"] == declared["pipeline"]["schedule"]
+    assert summary["throughput"]["samples_per_s"] > 0
+
+
+def test_required_named_scenarios_exist():
+    assert set(MY_SCENARIOS) <= set(SCENARIOS)
+
+
+def _compose(overrides: list[str]) -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    data = OmegaConf.to_container(cfg, resolve=True)
+    return {k: data[k] for k in SECTIONS if k in data}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_named_scenario_composes_to_exactly_its_file(name):
+    """Nothing of the default (hetero_pp4) sections leaks into a named scenario."""
+    assert load_scenario(_compose([f"+scenario={name}"])) == load_scenario(CONF_DIR / "scenario" / f"{name}.yaml")
+
+
+def test_no_arguments_is_hetero_pp4():
+    assert load_scenario(_compose([])) == load_scenario(_compose(["+scenario=hetero_pp4"]))
+
+
+def test_straggler_is_the_slowest_stage(tmp_path):
+    out = run_inproc(tmp_path, "+scenario=straggler_pp4", "output.plots=false")
+    healthy = run_inproc(tmp_path, "+scenario=straggler_pp4", "output.plots=false",
+                         "overrides.devices.h100_2.slowdown=1.0", name="healthy")
+    slow, fast = (json.loads((d / "summary.json").read_text()) for d in (out, healthy))
+    per_mb = [s["expected_ms"]["F"] + s["expected_ms"]["BW"] for s in slow["stages"]]
+    assert per_mb.index(max(per_mb)) == 2
+    assert slow["throughput"]["samples_per_s"] < fast["throughput"]["samples_per_s"]
+
+
+# --------------------------------------------------------------------------- overrides, catalog, files
+def test_catalog_and_device_overrides_need_no_plus(tmp_path):
+    base = json.loads((run_inproc(tmp_path, "output.plots=false", name="base") / "summary.json").read_text())
+    slow_net = run_inproc(tmp_path, "output.plots=false", "catalog.interconnects.ethernet.bandwidth_gbps=0.5",
+                          name="net")
+    dev = run_inproc(tmp_path, "output.plots=false", "overrides.devices.a10g_1.peak_tflops=60", name="dev")
+    net_s, dev_s = (json.loads((d / "summary.json").read_text()) for d in (slow_net, dev))
+    assert net_s["model_fingerprint"] != base["model_fingerprint"]
+    assert net_s["throughput"]["samples_per_s"] < base["throughput"]["samples_per_s"]
+    assert dev_s["stages"][3]["expected_ms"]["F"] > base["stages"][3]["expected_ms"]["F"]
+    assert "catalog.interconnects.ethernet.bandwidth_gbps=0.5" in (slow_net / "scenario.yaml").read_text()
+
+
+def test_scenario_file_on_a_fixture_with_overrides(tmp_path, fixtures_root, monkeypatch):
+    path = fixtures_root / FIXTURE
+    monkeypatch.chdir(path.parent.parent)  # relative scenario_file resolves against the caller's cwd
+    rel = Path(path.parent.name) / path.name
+    out = run_inproc(tmp_path, f"scenario_file={rel}", "pipeline.schedule=zero_bubble", "simulation.seed=3",
+                     "output.plots=false")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["schedule"] == "zero_bubble" and summary["seed"] == 3
+    assert [s["device"] for s in summary["stages"]][0] == "h100_node0_gpu0" and len(summary["stages"]) == 6
+
+    import yaml
+
+    doc = yaml.safe_load(path.read_text())
+    doc["pipeline"]["schedule"] = "zero_bubble"
+    doc["simulation"]["seed"] = 3
+    expected = simulate(doc).summary
+    assert summary["throughput"] == expected["throughput"]
+    # scenario.yaml is exactly what ran: running it again gives the same events, byte for byte
+    again = run_inproc(tmp_path, f"scenario_file={out / 'scenario.yaml'}", "output.plots=false", name="again")
+    assert (again / "events.csv").read_bytes() == (out / "events.csv").read_bytes()
+
+
+def test_scenario_file_runs_a_fixture_unchanged(tmp_path, fixtures_root):
+    path = fixtures_root / FIXTURE
+    out = run_inproc(tmp_path, f"scenario_file={path}", "output.plots=false")
+    assert json.loads((out / "summary.json").read_text())["throughput"] == simulate(path).summary["throughput"]
+
+
+# --------------------------------------------------------------------------- errors
+BAD_INPUTS = [
+    (["+scenario=nosuch"], r"unknown scenario 'nosuch'; available: .*dgx_h100.*h100_pair.*hetero_pp4.*mixed_pp6"),
+    (["scenario=h100_pair"], r"use \+scenario=NAME"),
+    (["pipeline.schedule=fifo"], r"pipeline\.schedule: .*1f1b, gpipe, hops_hetero, .*zero_bubble"),
+    (["pipeline.schedul=gpipe"], r"pipeline\.schedul: unknown key; expected one of .*schedule"),
+    (["simulation.seed=abc"], r"simulation\.seed: expected an integer"),
+    (["simulation.microbatches=0"], r"simulation\.microbatches: .*> 0"),
+    (["pipeline.precision=int4"], r"pipeline\.precision: .*bf16, fp16, fp32"),
+    (["hardware.interconnect.cross_node=carrier_pigeon"], r"hardware\.interconnect\.cross_node: .*ethernet"),
+    (["catalog.devices.a10x.peak_tflops=1"], r"catalog: .*unknown key 'devices\.a10x'; known: .*a10g"),
+    (["overrides.devices.nope.slowdown=2"], r"overrides\.devices\.nope: unknown device; expected one of a10g_0"),
+    (["simulation.seed=["], r"bad override 'simulation\.seed=\['"),
+    (["scenario_file=does/not/exist.yaml"], r"scenario_file: file not found"),
+    (["+scenario=h100_pair", "scenario_file=x.yaml"], r"either \+scenario=NAME or scenario_file"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, pattern):
+    with pytest.raises(SystemExit) as exc:
+        run_inproc(tmp_path, *args, "output.plots=false")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert re.search(pattern, err[0]), err[0]
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+    proc = cli("+scenario=nosuch", f"hydra.run.dir={tmp_path / 'x'}")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "available:" in lines[0] and "Traceback" not in proc.stderr
+    assert not proc.stdout.strip()
+
+
+def test_full_error_shows_the_traceback(tmp_path):
+    env = dict(os.environ, HYDRA_FULL_ERROR="1")
+    proc = subprocess.run([sys.executable, "-m", "hops.run", "pipeline.schedule=fifo", "output.plots=false",
+                           f"hydra.run.dir={tmp_path / 'x'}"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+# --------------------------------------------------------------------------- multiruns
+def check_sweep(sweep: Path, n_jobs: int, key: str, values: list[str]) -> list[dict]:
+    rows = read_csv(sweep / "sweep_results.csv")
+    assert len(rows) == n_jobs
+    assert [r[key] for r in rows] == values
+    for r in rows:
+        assert r["status"] == "ok"
+        assert (sweep / r["dir"] / "summary.json").is_file()
+        for metric in ("samples_per_s", "bubble_ratio", "makespan_ms", "latency_p99_ms", "peak_memory_max_mb"):
+            assert float(r[metric]) > 0, metric
+    return rows
+
+
+def test_multirun_joblib_two_jobs_one_table(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "simulation.seed=1,2", "output.plots=false", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr
+    assert "Joblib" in proc.stdout + proc.stderr  # the default -m launcher
+    rows = check_sweep(sweep, 2, "simulation.seed", ["1", "2"])
+    assert [r["seed"] for r in rows] == ["1", "2"]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+    assert "sweep_results.csv" in proc.stdout
+
+
+def test_multirun_submitit_local(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "hydra/launcher=hops_submitit_local", "+scenario=mixed_pp6", "pipeline.schedule=gpipe,1f1b",
+               "output.plots=false", f"hydra.sweep.dir={sweep}", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    check_sweep(sweep, 2, "pipeline.schedule", ["gpipe", "1f1b"])
+    assert (sweep / ".submitit").is_dir()
+
+
+def test_slurm_launcher_config_composes_against_the_plugin_schema():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=hops_slurm", "hydra.launcher.partition=cpu"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "cpu"
+    assert launcher.gpus_per_node == 0 and launcher.cpus_per_task == 1
+
+
+def test_sweep_with_a_bad_job_keeps_the_good_ones(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "hydra/launcher=basic", "pipeline.schedule=fifo,gpipe", "output.plots=false",
+               f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: 1 sweep job(s) failed")
+    assert "Traceback" not in proc.stderr
+    rows = read_csv(sweep / "sweep_results.csv")
+    assert [r["status"].split(":")[0] for r in rows] == ["error", "ok"]
+    assert "unknown scheduler 'fifo'" in rows[0]["status"]
+
+
+def test_sweep_table_only_counts_this_sweep(tmp_path):
+    """Jobs left in the sweep dir by an earlier sweep are not reported as this sweep's."""
+    import time
+
+    from hops.sweep import write_sweep_table
+
+    sweep = tmp_path / "sweep"
+    summary = {"throughput": {"samples_per_s": 2.0, "microbatches_per_s": 2.0, "iterations_per_s": 0.5},
+               "bubble_ratio": 0.25, "makespan_ms": 10.0, "latency_ms": {"p50": 1.0, "p99": 2.0},
+               "peak_memory_mb": {"a": 5.0, "b": 7.0}, "stages": [], "schedule": "1f1b", "seed": 3}
+    for job, seed in ((0, 7), (5, 1)):
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+        (sweep / str(job) / ".hydra" / "overrides.yaml").write_text(f"- simulation.seed={seed}\n")
+        (sweep / str(job) / "summary.json").write_text(json.dumps(summary))
+    old = time.time() - 3600
+    os.utime(sweep / "5" / ".hydra" / "overrides.yaml", (old, old))
+    rows = read_csv(write_sweep_table(sweep, since=time.time() - 60))
+    assert [(r["job"], r["simulation.seed"], r["status"]) for r in rows] == [("0", "7", "ok")]
+    assert rows[0]["peak_memory_max_mb"] == "7.0" and rows[0]["peak_memory_device"] == "b"
+    assert len(read_csv(write_sweep_table(sweep))) == 2  # without `since` (python -m hops.sweep DIR): all
+
+
+# --------------------------------------------------------------------------- README
+def test_readme_scheduler_plugin_example_works(tmp_path):
+    text = README.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    plugin = next(b for b in blocks if "StaticOrderScheduler" in b)
+    module = re.search(r"# (\w+)\.py", plugin).group(1)
+    (tmp_path / f"{module}.py").write_text(plugin)
+    cls = re.search(r"class (\w+)\(", plugin).group(1)
+    proc = cli(f"pipeline.schedule={module}.{cls}", "output.plots=false", f"hydra.run.dir={tmp_path / 'out'}",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["schedule"] == f"{module}.{cls}"
+
+
+def test_readme_has_one_test_command_and_the_gallery_image():
+    text = README.read_text()
+    assert text.count('HOPS_FIXTURES=../shared/fixtures python -m pytest') == 1
+    assert 'pip install -e ".[dev]" && python -m hops.run' in text
+    for img in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+        assert (REPO / img).is_file(), img
