@@ -11,8 +11,12 @@ class ScenarioError(HopsError, ValueError):
     def __init__(self, path: str, message: str, source: str | None = None):
         self.path = path
         self.source = source
+        self.message = message
         prefix = f"{source}: " if source else ""
         super().__init__(f"{prefix}{path}: {message}")
+
+    def __reduce__(self):  # picklable, so errors cross process pools (joblib sweeps, --jobs)
+        return (type(self), (self.path, self.message, self.source))
 
 
 class TraceError(HopsError, ValueError):
