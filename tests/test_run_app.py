@@ -201,7 +201,7 @@ def test_scenario_file_runs_a_fixture_unchanged(tmp_path, fixtures_root):
 BAD_INPUTS = [
     (["+scenario=nosuch"], r"unknown scenario 'nosuch'; available: .*dgx_h100.*h100_pair.*hetero_pp4.*mixed_pp6"),
     (["scenario=h100_pair"], r"use \+scenario=NAME"),
-    (["pipeline.schedule=fifo"], r"pipeline\.schedule: .*1f1b, gpipe, hops_hetero, .*zero_bubble"),
+    (["pipeline.schedule=fifo"], r"pipeline\.schedule: unknown scheduler 'fifo'; expected one of 1f1b, gpipe, .*hops_hetero, .*zero_bubble"),
     (["pipeline.schedul=gpipe"], r"pipeline\.schedul: unknown key; expected one of .*schedule"),
     (["simulation.seed=abc"], r"simulation\.seed: expected an integer"),
     (["simulation.microbatches=0"], r"simulation\.microbatches: .*> 0"),

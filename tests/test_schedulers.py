@@ -80,7 +80,6 @@ def test_hops_hetero_picks_1f1b_when_the_last_stage_is_the_bottleneck():
     assert hops.simulate(slow_head).summary["scheduler_effective"] == "zero_bubble"
 
 
-@register
 class Reverse1F1B(Scheduler):
     """A user scheduler: forwards in order, backwards as soon as any gradient is ready."""
 
@@ -97,7 +96,11 @@ class Reverse1F1B(Scheduler):
         return []
 
 
-def test_user_scheduler_by_registered_name_and_by_dotted_path():
+def test_user_scheduler_by_registered_name_and_by_dotted_path(monkeypatch):
+    from hops.schedulers import _REGISTRY
+
+    monkeypatch.setitem(_REGISTRY, "test_greedy", Reverse1F1B)
+    assert register(Reverse1F1B) is Reverse1F1B
     by_name = hops.simulate(pipeline(3, 4, schedule="test_greedy")).summary
     by_path = hops.simulate(pipeline(3, 4, schedule="test_schedulers.Reverse1F1B")).summary
     assert by_name["makespan_ms"] == by_path["makespan_ms"] > 0
