@@ -1,0 +1,406 @@
+"""The ledger: every calibration evaluation as an MLflow run, plus the provenance it is judged by.
+
+Two records exist on purpose. MLflow (default: sqlite under ``<repo>/mlruns``,
+``MLFLOW_TRACKING_URI`` overrides it) is the rich, per-machine view with plots
+and side-by-side comparison. The committed files under the state directory
+(``iterations.jsonl``, ``checkpoints.json``, ``golden/``) are the durable record
+that survives a fresh clone; ``HOPS_AUTORESEARCH_STATE`` relocates them so tests
+and what-if sessions never touch the repo's copies.
+
+All MLflow access goes through :class:`Ledger` using ``MlflowClient`` with
+explicit run ids (no fluent "active run" globals), so nested runs and several
+processes writing one sqlite file stay well defined. SQLite serialises writers;
+a writer that loses the race sees "database is locked", so every call is
+retried with jittered backoff, and first-time schema creation is serialised by
+a lock file because concurrent alembic migrations of one file corrupt it.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from hops.errors import HopsError
+from hops.hardware import PRESET_DIR
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parent
+CALIBRATION, CHECKPOINTS = "calibration", "checkpoints"
+OUTCOMES = ("open", "landed", "reverted", "blocked")
+ITERATION_TAGS = ("iteration", "hypothesis", "change_site", "expected_effect", "outcome")
+
+# Everything whose bytes can move a prediction. The pre-commit hook's `files:` regex
+# mirrors this list (tests/test_autoresearch.py keeps the two in sync).
+MODEL_FILES = ("hops/api.py", "hops/compute.py", "hops/engine.py", "hops/hardware.py", "hops/metrics.py",
+               "hops/scenario.py", "hops/timeline.py", "hops/schedulers/*.py", "hops/traces/*.py",
+               "autoresearch/fixtures.py", "autoresearch/scoring.py", "autoresearch/validate.py",
+               "autoresearch/variants.py")
+
+
+class LedgerError(HopsError):
+    """The ledger cannot do what was asked (e.g. no open iteration to close)."""
+
+
+# --------------------------------------------------------------------------- locations
+def state_dir() -> Path:
+    return Path(os.environ.get("HOPS_AUTORESEARCH_STATE") or PACKAGE)
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{REPO / 'mlruns' / 'mlflow.db'}"
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Next to the sqlite file (else MLflow would default to ./mlartifacts of whatever cwd); servers decide."""
+    db = _sqlite_path(uri)
+    return (db.parent / "artifacts" / experiment).absolute().as_uri() if db else None
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- provenance
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.decode(errors="replace") if out.returncode == 0 else None
+
+
+def git_commit() -> str:
+    out = _git("rev-parse", "HEAD")
+    return out.strip() if out else "unknown"
+
+
+def git_diff_hash() -> str:
+    """Hash of uncommitted changes (tracked diff + untracked file names); 'clean' when there are none."""
+    diff, untracked = _git("diff", "HEAD", "--binary"), _git("ls-files", "--others", "--exclude-standard")
+    if diff is None or untracked is None:
+        return "unknown"
+    if not diff and not untracked.strip():
+        return "clean"
+    return hashlib.sha256((diff + "\0" + untracked).encode()).hexdigest()[:16]
+
+
+def model_files() -> list[Path]:
+    return sorted({p for pattern in MODEL_FILES for p in REPO.glob(pattern)})
+
+
+def model_fingerprint(overrides: Mapping[str, Any] | Iterable[str] | None = None) -> str:
+    """Hash of model code + presets + overrides: equal fingerprints make identical predictions."""
+    h = hashlib.sha256()
+    for path in [*model_files(), *sorted(PRESET_DIR.glob("*.yaml"))]:
+        rel = path.relative_to(REPO) if path.is_relative_to(REPO) else Path("hops/presets") / path.name
+        h.update(str(rel).encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    h.update(json.dumps(normalize_overrides(overrides), sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def normalize_overrides(overrides) -> dict:
+    from hops.hardware import _normalize_overrides
+
+    return dict(_normalize_overrides(overrides))
+
+
+def provenance(split: str, variants: Iterable[str], overrides=None) -> dict[str, str]:
+    """The params every evaluating run carries (issue: commit, diff hash, fingerprint, split, variants, overrides)."""
+    ov = normalize_overrides(overrides)
+    return {"git_commit": git_commit(), "git_diff_hash": git_diff_hash(), "model_fingerprint": model_fingerprint(ov),
+            "split": split, "variants": ",".join(variants),
+            "overrides": ",".join(f"{k}={v}" for k, v in sorted(ov.items())) or "none"}
+
+
+# --------------------------------------------------------------------------- retries
+def _is_transient(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
+def retry(fn: Callable, *args, attempts: int = 12, **kwargs):
+    """Call fn, retrying transient sqlite lock errors with jittered exponential backoff (~30 s worst case)."""
+    for k in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - MLflow wraps sqlite errors in several types
+            if not _is_transient(exc) or k == attempts - 1:
+                raise
+            time.sleep(min(0.05 * 2 ** k, 4.0) * (0.5 + random.random()))
+
+
+@contextlib.contextmanager
+def locked_append(path: Path):
+    """An append handle held under an exclusive flock (the file itself is the lock)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield fh
+        finally:
+            fh.flush()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- metrics
+def clean_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """Drop NaN/None: a missing metric reads better in the UI than a NaN that breaks sorting."""
+    return {k: float(v) for k, v in metrics.items()
+            if v is not None and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
+def aggregate_metrics(aggregates: Mapping[str, Mapping[str, float]], prefix: str = "") -> dict[str, float]:
+    """{variant: aggregate} as flat metric names, e.g. link_calibrated.mape (same names in every run type)."""
+    return clean_metrics({f"{prefix}{v}.{m}": a.get(m) for v, a in aggregates.items() for m in a})
+
+
+def group_metrics(groups: Mapping, prefix: str = "group.") -> dict[str, float]:
+    return clean_metrics({f"{prefix}{g}.{label}.{v}.{m}": a[m]
+                          for g, labels in groups.items() for label, per in labels.items()
+                          for v, a in per.items() for m in ("mape", "bubble_mae_pp")})
+
+
+# --------------------------------------------------------------------------- the ledger
+class Ledger:
+    """Thin, retrying wrapper over MlflowClient for the runs autoresearch writes."""
+
+    def __init__(self, uri: str | None = None):
+        for name in ("alembic", "mlflow.store.db.utils", "mlflow.store.db"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        from mlflow import MlflowClient
+
+        self.uri = uri or tracking_uri()
+        db = _sqlite_path(self.uri)
+        ready = db.with_name(db.name + ".ready") if db else None
+        if ready is None or (ready.exists() and db.exists()):
+            self.client = retry(MlflowClient, self.uri)
+        else:
+            with locked_append(db.with_name(db.name + ".init.lock")):  # first client migrates the schema
+                self.client = retry(MlflowClient, self.uri)
+                retry(self.client.search_experiments, max_results=1)
+                ready.touch()
+        self._experiments: dict[str, str] = {}
+
+    def experiment_id(self, name: str) -> str:
+        if name not in self._experiments:
+            exp = retry(self.client.get_experiment_by_name, name)
+            if exp is None:
+                try:
+                    eid = retry(self.client.create_experiment, name,
+                                artifact_location=artifact_location(self.uri, name))
+                except Exception:  # noqa: BLE001 - another process created it first
+                    exp = retry(self.client.get_experiment_by_name, name)
+                    if exp is None:
+                        raise
+                    eid = exp.experiment_id
+            else:
+                eid = exp.experiment_id
+            self._experiments[name] = eid
+        return self._experiments[name]
+
+    def start_run(self, experiment: str, name: str, *, run_type: str, params: Mapping[str, Any] | None = None,
+                  tags: Mapping[str, Any] | None = None, parent: str | None = None) -> str:
+        all_tags = {"run_type": run_type, **{k: str(v) for k, v in (tags or {}).items()}}
+        if parent:
+            all_tags["mlflow.parentRunId"] = parent
+        run = retry(self.client.create_run, self.experiment_id(experiment), tags=all_tags, run_name=name)
+        if params:
+            self.log(run.info.run_id, params=params)
+        return run.info.run_id
+
+    def log(self, run_id: str, *, metrics: Mapping[str, float] | None = None,
+            params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> None:
+        """One batch per call (one sqlite transaction), split at MLflow's per-batch limits."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        ts = int(time.time() * 1000)
+        ms = [Metric(k, v, ts, 0) for k, v in clean_metrics(metrics or {}).items()]
+        ps = [Param(k, _clip(v, 6000)) for k, v in (params or {}).items()]
+        ts_ = [RunTag(k, _clip(v, 7000)) for k, v in (tags or {}).items()]
+        while ms or ps or ts_:
+            retry(self.client.log_batch, run_id, metrics=ms[:900], params=ps[:90], tags=ts_[:90])
+            ms, ps, ts_ = ms[900:], ps[90:], ts_[90:]
+
+    def log_artifacts(self, run_id: str, directory: str | os.PathLike) -> None:
+        retry(self.client.log_artifacts, run_id, str(directory))
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        retry(self.client.set_terminated, run_id, status)
+
+    def runs(self, experiment: str, filter_string: str = "", order_by: list[str] | None = None) -> list:
+        eid = self.experiment_id(experiment)
+        out, token = [], None
+        while True:
+            page = retry(self.client.search_runs, [eid], filter_string=filter_string, max_results=1000,
+                         order_by=order_by, page_token=token)
+            out.extend(page)
+            token = page.token
+            if not token:
+                return out
+
+    def get_run(self, run_id: str):
+        return retry(self.client.get_run, run_id)
+
+    # ----------------------------------------------------------------------- iterations
+    def iteration_runs(self) -> list:
+        runs = self.runs(CALIBRATION, "tags.run_type = 'iteration'")
+        return sorted(runs, key=lambda r: (int(r.data.tags.get("iteration", 0)), r.info.start_time))
+
+    def open_iteration(self):
+        """The open iteration run, or None. More than one open (a race) is reported, not guessed."""
+        open_runs = [r for r in self.iteration_runs() if r.data.tags.get("outcome") == "open"]
+        if len(open_runs) > 1:
+            nums = ", ".join(r.data.tags["iteration"] for r in open_runs)
+            raise LedgerError(f"iterations {nums} are all open (a race between two proposers); close all but "
+                              f"one with `python -m autoresearch revert --reason ...`")
+        return open_runs[0] if open_runs else None
+
+    def next_iteration(self) -> int:
+        """Max over this ledger and the committed jsonl, so a fresh clone continues the numbering."""
+        known = [int(r.data.tags.get("iteration", 0)) for r in self.iteration_runs()]
+        known += [int(rec.get("iteration", 0)) for rec in read_iterations()]
+        return max(known, default=0) + 1
+
+    def tag_iteration(self, iteration: str, tags: Mapping[str, str]) -> None:
+        """Set tags (e.g. the final outcome) on every run of an iteration, so UI filters agree."""
+        for run in self.runs(CALIBRATION, f"tags.iteration = '{iteration}'"):
+            self.log(run.info.run_id, tags=tags)
+
+
+def iteration_tags(run) -> dict[str, str]:
+    """The tags an iteration lends to every run logged while it is open."""
+    return {k: run.data.tags[k] for k in ITERATION_TAGS if k in run.data.tags} | {"iteration_run": run.info.run_id}
+
+
+def _clip(value: Any, limit: int) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 20] + " ...[truncated]"
+
+
+# --------------------------------------------------------------------------- committed records
+def iterations_path() -> Path:
+    return state_dir() / "iterations.jsonl"
+
+
+def read_iterations() -> list[dict]:
+    path = iterations_path()
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise LedgerError(f"{path}:{n}: not a JSON line (resolve the merge conflict?)") from None
+    return out
+
+
+def append_iteration(record: Mapping[str, Any]) -> None:
+    """Append-only, one line per closed iteration: concurrent branches merge as a union of lines."""
+    with locked_append(iterations_path()) as fh:
+        fh.write(json.dumps(record, sort_keys=True, allow_nan=False, default=str) + "\n")
+
+
+# --------------------------------------------------------------------------- run artifacts
+def md_table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
+    """A GitHub markdown table (pandas.to_markdown needs tabulate, which we do not depend on)."""
+    def cell(v):
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:.2f}"
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def aggregates_md(aggregates: Mapping[str, Mapping[str, float]]) -> str:
+    return md_table(["variant", "MAPE %", "bubble MAE pp", "rho mean", "n"],
+                    [[v, a["mape"], a["bubble_mae_pp"], a["rho_mean"], int(a["n"])] for v, a in aggregates.items()])
+
+
+def write_report_artifacts(report, directory: Path, *, title: str, sections: Iterable[str] = ()) -> Path:
+    """Per-fixture CSV, markdown report, predicted-vs-measured scatter and error-by-group bars."""
+    directory.mkdir(parents=True, exist_ok=True)
+    table = report.table()
+    table.to_csv(directory / "fixtures.csv", index=False)
+    groups = report.groups()
+    group_rows = [[g, label, v, a["mape"], a["bubble_mae_pp"], int(a["n"])]
+                  for g, labels in groups.items() for label, per in labels.items() for v, a in per.items()]
+    md = [f"# {title}", "", f"split `{report.split}`, {table['id'].nunique() if len(table) else 0} fixtures, "
+          f"catalog {report.fingerprint}", "", *sections, "", "## Aggregates", "", aggregates_md(report.aggregates()),
+          "", "## Groups", "", md_table(["group", "label", "variant", "MAPE %", "bubble MAE pp", "n"], group_rows),
+          "", "Per-fixture scores: fixtures.csv. Plots: scatter.png, groups.png.", ""]
+    (directory / "report.md").write_text("\n".join(md))
+    if len(table):
+        _plot_scatter(table, directory / "scatter.png")
+        _plot_groups(groups, report.variants, directory / "groups.png")
+    return directory
+
+
+def _plot_scatter(table, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    variants = list(dict.fromkeys(table["variant"]))
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 4.2), squeeze=False)
+    for ax, v in zip(axes[0], variants):
+        d = table[table["variant"] == v]
+        m, p = d["measured_throughput_per_s"], d["predicted_throughput_per_s"]
+        ax.scatter(m, p, s=18, alpha=0.8)
+        ok = (m > 0) & (p > 0)
+        lo = float(min(m[ok].min(), p[ok].min())) * 0.8 if ok.any() else 0.1
+        hi = float(max(m[ok].max(), p[ok].max())) * 1.25 if ok.any() else 10.0
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+               title=f"{v} (MAPE {d['throughput_error_pct'].abs().mean():.1f}%)",
+               xlabel="measured microbatches/s", ylabel="predicted microbatches/s")
+        for axis in (ax.xaxis, ax.yaxis):  # log axes label minor ticks by default; they overlap
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(NullFormatter())
+        ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_groups(groups: Mapping, variants: Iterable[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    variants = list(variants)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.8), squeeze=False)
+    width = 0.8 / max(len(variants), 1)
+    for ax, (g, labels) in zip(axes[0], groups.items()):
+        x = np.arange(len(labels))
+        for k, v in enumerate(variants):
+            ax.bar(x + k * width, [per.get(v, {}).get("mape", np.nan) for per in labels.values()], width, label=v)
+        ax.set_xticks(x + width * (len(variants) - 1) / 2, list(labels), rotation=45, ha="right", fontsize=8)
+        ax.set(title=g, ylabel="MAPE %")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

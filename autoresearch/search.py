@@ -1,0 +1,240 @@
+"""Optuna search over allowlisted constants: a proposal generator, never a way around the gate.
+
+A search can only move constants declared in `search_space.yaml` within their
+physical bounds, and it writes nothing to the presets: the best trial is
+printed as the `gate --set ...` command to run next, and it lands only through
+gate + admit with a citation of kind `fit`. The objective is one number,
+weights x (train link_calibrated MAPE, bubble MAE), so TPE can rank trials
+directly; both parts are logged so a weighting choice can be revisited.
+
+Every trial is a nested MLflow run under the study's run. The Optuna study
+lives in an RDB storage (default sqlite under mlruns/); workers on several
+machines share a study by passing the same `--storage` URL and `--study` name.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from hops.errors import HopsError
+from hops.hardware import Catalog
+from hops.traces.guard import check_split
+
+from . import ledger
+from .gate import flatten
+
+SPACE_PATH = ledger.PACKAGE / "search_space.yaml"
+FIT_SPLIT = "train"
+VARIANT = "link_calibrated"
+
+
+class SearchError(HopsError):
+    """The search asked for something the allowlist does not permit."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    path: str
+    low: float
+    high: float
+    rationale: str
+    log: bool = False
+    step: float | None = None
+
+
+def load_allowlist(path: Path | None = None) -> tuple[dict, dict[str, list[Param]]]:
+    """(objective weights, {space: params}); every entry checked against the catalog and its bounds."""
+    path = Path(path or SPACE_PATH)
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise SearchError(f"{path}: cannot read the allowlist ({exc})") from None
+    leaves = flatten(Catalog.load().as_dict())
+    weights = {k: float(v) for k, v in (doc.get("objective") or {"mape": 1.0, "bubble_mae_pp": 1.0}).items()}
+    spaces: dict[str, list[Param]] = {}
+    for space, entries in (doc.get("spaces") or {}).items():
+        params = []
+        for e in entries or []:
+            where = f"{path.name}: space {space!r} entry {e.get('name', '?')!r}"
+            missing = [k for k in ("name", "path", "low", "high", "rationale") if e.get(k) in (None, "")]
+            if missing:
+                raise SearchError(f"{where}: missing {', '.join(missing)}")
+            if e["path"] not in leaves:
+                raise SearchError(f"{where}: {e['path']} is not a catalog path (see hops/presets/*.yaml)")
+            current = leaves[e["path"]]
+            if not isinstance(current, (int, float)) or isinstance(current, bool):
+                raise SearchError(f"{where}: {e['path']} is not numeric ({current!r})")
+            low, high = float(e["low"]), float(e["high"])
+            if e.get("log") and e.get("step"):
+                raise SearchError(f"{where}: `log` and `step` cannot be combined")
+            if not low < high or (e.get("log") and low <= 0):
+                raise SearchError(f"{where}: bounds [{low}, {high}] are empty (or not positive for log: true)")
+            params.append(Param(e["name"], e["path"], low, high, str(e["rationale"]), bool(e.get("log")),
+                                float(e["step"]) if e.get("step") else None))
+        spaces[space] = params
+    return weights, spaces
+
+
+def allowlisted_paths(path: Path | None = None) -> set[str]:
+    return {p.path for params in load_allowlist(path)[1].values() for p in params}
+
+
+def select(space: str, only=None, path: Path | None = None) -> tuple[dict, list[Param]]:
+    weights, spaces = load_allowlist(path)
+    if space not in spaces:
+        raise SearchError(f"unknown space {space!r}; allowlisted spaces: {', '.join(spaces) or 'none'} "
+                          f"({Path(path or SPACE_PATH).name})")
+    params = spaces[space]
+    if only:
+        declared = {p.path: p for p in params}
+        for item in only:
+            if item not in declared:
+                raise SearchError(f"{item} is not allowlisted in space {space!r} (allowed: "
+                                  f"{', '.join(declared)}); declare it with bounds and a rationale in "
+                                  f"{Path(path or SPACE_PATH).name} first")
+        params = [declared[item] for item in dict.fromkeys(only)]
+    return weights, params
+
+
+def redact(url: str) -> str:
+    """Storage URLs may carry a password; it must not end up in the ledger."""
+    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
+
+
+def default_storage() -> str:
+    (ledger.REPO / "mlruns").mkdir(exist_ok=True)
+    return f"sqlite:///{ledger.REPO / 'mlruns' / 'optuna.db'}"
+
+
+@dataclass
+class SearchResult:
+    study_name: str
+    storage: str
+    params: list[Param]
+    weights: dict
+    best: dict | None  # {"number", "value", "values": {path: v}, "mape", "bubble_mae_pp"}
+    baseline: dict | None
+    n_trials: int
+    parent_run: str
+
+
+def run_search(space: str, trials: int, *, storage: str | None = None, study_name: str | None = None,
+               root=None, jobs: int = 1, seed: int | None = None, only=None, split: str = FIT_SPLIT,
+               allowlist: Path | None = None) -> SearchResult:
+    check_split(split)
+    if split != FIT_SPLIT:
+        raise SearchError(f"search fits constants on {FIT_SPLIT!r} only (diagnostic is sanity-only, never for "
+                          f"fitting); drop --split {split}")
+    if trials < 1:
+        raise SearchError("--trials must be at least 1")
+    weights, params = select(space, only, allowlist)
+    import optuna
+
+    from .fixtures import resolve_root
+    from .validate import FixtureEvaluationError, validate
+
+    root = resolve_root(root)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = storage or default_storage()
+    study_name = study_name or f"autoresearch-{space}"
+    sampler = optuna.samplers.TPESampler(seed=seed)
+    study = optuna.create_study(study_name=study_name, storage=storage, direction="minimize", sampler=sampler,
+                                load_if_exists=True)
+    if study.user_attrs.get("paths") not in (None, [p.path for p in params]):
+        raise SearchError(f"study {study_name!r} searches {study.user_attrs['paths']}, not this selection; "
+                          f"pass a different --study")
+    study.set_user_attr("paths", [p.path for p in params])
+    current = flatten(Catalog.load().as_dict())
+    if not study.trials and all(p.low <= current[p.path] <= p.high for p in params):
+        study.enqueue_trial({p.path: float(current[p.path]) for p in params}, user_attrs={"baseline": True})
+
+    book = ledger.Ledger()
+    parent = study.user_attrs.get("mlflow_run_id")
+    try:
+        parent = parent and book.get_run(parent).info.run_id
+    except Exception:  # noqa: BLE001 - a run id from another machine's ledger
+        parent = None
+    if not parent:
+        parent = book.start_run(ledger.CALIBRATION, f"search {space}", run_type="search",
+                                params={**ledger.provenance(split, [VARIANT]), "space": space, "study": study_name,
+                                        "storage": redact(storage), "paths": ",".join(p.path for p in params),
+                                        "objective": " + ".join(f"{w:g}*{k}" for k, w in weights.items())},
+                                tags=_open_tags(book))
+        study.set_user_attr("mlflow_run_id", parent)
+
+    def objective(trial):
+        values = {p.path: trial.suggest_float(p.path, p.low, p.high, log=p.log, step=p.step) for p in params}
+        run = book.start_run(ledger.CALIBRATION, f"trial {trial.number}", run_type="trial", parent=parent,
+                             params={**ledger.provenance(split, [VARIANT], values), "trial": trial.number,
+                                     **{f"value.{k}": v for k, v in values.items()}})
+        try:
+            report = validate(split, root=root, variants=[VARIANT], overrides=values, jobs=jobs)
+        except FixtureEvaluationError as exc:
+            book.log(run, tags={"error": str(exc)})
+            book.finish(run, "FAILED")
+            raise
+        agg = report.aggregates()[VARIANT]
+        value = sum(w * agg[k] for k, w in weights.items())
+        for k in ("mape", "bubble_mae_pp", "rho_mean"):
+            trial.set_user_attr(k, agg[k])
+        book.log(run, metrics={**ledger.aggregate_metrics({VARIANT: agg}), "objective": value})
+        book.finish(run)
+        return value if math.isfinite(value) else float("inf")
+
+    study.optimize(objective, n_trials=trials, catch=(HopsError,))
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    best = _summary(study.best_trial) if done else None
+    base = next((t for t in done if t.user_attrs.get("baseline")), None)
+    result = SearchResult(study_name, redact(storage), params, weights, best, _summary(base) if base else None,
+                          len(done), parent)
+    if best:
+        book.log(parent, metrics={"best.objective": best["value"], f"best.{VARIANT}.mape": best["mape"],
+                                  f"best.{VARIANT}.bubble_mae_pp": best["bubble_mae_pp"], "trials": len(done)},
+                 tags={"best_trial": best["number"], "proposal": gate_command(best["values"])})
+    book.finish(parent)
+    return result
+
+
+def _open_tags(book) -> dict:
+    run = book.open_iteration()
+    return ledger.iteration_tags(run) if run else {}
+
+
+def _summary(trial) -> dict:
+    return {"number": trial.number, "value": trial.value, "values": dict(trial.params),
+            "mape": trial.user_attrs.get("mape", math.nan), "bubble_mae_pp": trial.user_attrs.get("bubble_mae_pp",
+                                                                                                   math.nan)}
+
+
+def gate_command(values: dict) -> str:
+    return "python -m autoresearch gate --set " + " ".join(f"{k}={v:.6g}" for k, v in values.items())
+
+
+def render(r: SearchResult) -> str:
+    obj = " + ".join(f"{w:g} x {k}" for k, w in r.weights.items())
+    lines = [f"search: study {r.study_name} ({r.storage}), {r.n_trials} completed trial(s); "
+             f"objective = {obj} (train {VARIANT})"]
+    if r.baseline:
+        lines.append(f"baseline (current catalog values, trial {r.baseline['number']}): objective "
+                     f"{r.baseline['value']:.3f} (MAPE {r.baseline['mape']:.2f}%, bubble MAE "
+                     f"{r.baseline['bubble_mae_pp']:.2f} pp)")
+    if not r.best:
+        lines.append("no trial completed; nothing to propose")
+        return "\n".join(lines)
+    b = r.best
+    lines.append(f"best trial {b['number']}: objective {b['value']:.3f} (MAPE {b['mape']:.2f}%, bubble MAE "
+                 f"{b['bubble_mae_pp']:.2f} pp)")
+    current = flatten(Catalog.load().as_dict())
+    for p in r.params:
+        lines.append(f"  {p.path} = {b['values'][p.path]:.6g} (now {current[p.path]}, bounds [{p.low:g}, {p.high:g}])")
+    lines += ["This is a proposal only: nothing was written. To land it, as any change:",
+              "  1. python -m autoresearch propose --hypothesis ... --change-site hops/presets/... --expect ...",
+              f"  2. {gate_command(b['values'])}",
+              f"  3. edit the presets, add citations (kind: fit, source: \"optuna study {r.study_name} trial "
+              f"{b['number']}\"), then gate and admit"]
+    return "\n".join(lines)

@@ -1,0 +1,324 @@
+"""Specifications for the calibration loop: gate, admit/revert, citations, split guard, checkpoint, search, ledger.
+
+Runs on a tiny fixture root (two real train fixtures and one diagnostic
+fixture, symlinked) with the ledger, golden file and committed records in
+tmp dirs, so nothing here writes to the repo's mlruns/ or autoresearch/ files.
+One sqlite ledger is shared by the module (its first-time migration costs
+seconds); tests that open an iteration close it, and a finaliser closes any
+left open by a failure so one failure does not cascade.
+"""
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import autoresearch.validate as validate_mod
+from autoresearch import ledger
+from autoresearch.__main__ import main
+from autoresearch.gate import (GateConfig, checksum, citation_violations, golden_path, read_golden)
+from autoresearch.search import SearchError, load_allowlist
+from hops.hardware import PRESET_DIR, Catalog, _normalize_overrides
+from hops.traces.guard import REFUSAL, SplitGuardError
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = ("exp2_13_a10g_pair_pp2_run135", "exp2_14_l4_pair_pp2_run137")
+DIAGNOSTIC = "exp3_47_diag_pp3_gpipe_a10g_h100_l4_run371"
+PROVENANCE = {"git_commit", "git_diff_hash", "model_fingerprint", "split", "variants", "overrides"}
+COEF = "model.compute_time_coefficient"
+
+
+# --------------------------------------------------------------------------- environment
+def _link(src: Path, root: Path, split: str, fid: str) -> None:
+    dst = root / split / "cluster_results" / fid
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.symlink_to(src / fid)
+
+
+@pytest.fixture(scope="module")
+def env(fixtures_root, tmp_path_factory):
+    base = tmp_path_factory.mktemp("autoresearch")
+    root = base / "fixtures"
+    for fid in TRAIN:
+        _link(fixtures_root / "train" / "cluster_results", root, "train", fid)
+    _link(fixtures_root / "diagnostic" / "cluster_results", root, "diagnostic", DIAGNOSTIC)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{base / 'ledger' / 'mlflow.db'}")
+    mp.setenv("HOPS_AUTORESEARCH_STATE", str(base / "bootstrap"))
+    mp.setenv("HOPS_FIXTURES", str(root))
+    mp.setenv("MPLBACKEND", "Agg")
+    assert main(["admit", "--bootstrap"]) == 0
+    yield {"base": base, "root": root, "golden": read_golden(), "fixtures_root": fixtures_root}
+    mp.undo()
+
+
+@pytest.fixture
+def state(env, tmp_path, monkeypatch):
+    """A fresh state dir holding the module's bootstrapped golden file and no citations."""
+    d = tmp_path / "state"
+    (d / "golden").mkdir(parents=True)
+    shutil.copy(env["base"] / "bootstrap" / "golden" / "train.json", d / "golden" / "train.json")
+    monkeypatch.setenv("HOPS_AUTORESEARCH_STATE", str(d))
+    yield d
+    book = ledger.Ledger()
+    if book.open_iteration() is not None:  # a failed test must not leave the shared ledger blocked
+        main(["revert", "--reason", "test cleanup"])
+
+
+def cite(state: Path, path: str, value, kind: str = "measurement", source: str = "test bench") -> None:
+    f = state / "citations.yaml"
+    doc = yaml.safe_load(f.read_text()) if f.exists() else {"citations": []}
+    doc["citations"].append({"path": path, "value": value, "source": source, "kind": kind})
+    f.write_text(yaml.safe_dump(doc))
+
+
+def edit_presets(mp, edits: dict) -> None:
+    """Stand-in for editing hops/presets/*.yaml: every Catalog.load sees `edits` (tests cannot touch the repo)."""
+    original = Catalog.load.__func__
+
+    def load(cls, overrides=None, preset_dir=PRESET_DIR):
+        return original(cls, {**edits, **dict(_normalize_overrides(overrides))}, preset_dir)
+
+    mp.setattr(Catalog, "load", classmethod(load))
+    mp.setattr(validate_mod, "_CATALOGS", {})
+
+
+def regression(env) -> float:
+    """A compute-coefficient value that makes every tiny-set fixture worse (direction read from the golden)."""
+    signed = [v["link_calibrated"]["throughput_error_pct"] for v in env["golden"]["fixtures"].values()]
+    return 0.25 if sum(signed) > 0 else 4.0  # over-predicting throughput: a faster model is worse
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# --------------------------------------------------------------------------- gate
+def test_bootstrap_golden_and_gate_passes_on_the_unchanged_tree(env, state, capsys):
+    g = read_golden()
+    assert g["checksum"] == checksum(g) and set(g["fixtures"]) == set(TRAIN)
+    assert set(g["aggregates"]) == set(GateConfig.load().gated_variants)
+    assert g["catalog"] == Catalog.load().as_dict() and g["admitted"]["git_commit"]
+    code, out, _ = run(capsys, "gate")
+    assert code == 0, out
+    assert "PASS" in out and "sanity only" in out and "replay" in out
+    code, _, err = run(capsys, "admit", "--bootstrap")
+    assert code == 2 and "only creates the first golden file" in err
+
+
+def test_deliberate_regression_is_rejected_with_every_violation_listed(env, state, capsys):
+    bad = regression(env)
+    cite(state, COEF, bad)  # cited, so only the numbers can reject it
+    assert run(capsys, "propose", "--hypothesis", "kernels are faster than assumed", "--change-site", COEF,
+               "--expect", "MAPE down")[0] == 0
+    code, out, _ = run(capsys, "gate", "--set", f"{COEF}={bad}")
+    assert code == 1, out
+    assert "aggregate MAPE" in out and "|throughput error|" in out and "exceeds the 2 tolerance" in out
+    assert "citation:" not in out
+    for fid in TRAIN:
+        assert f"{fid}: link_calibrated |throughput error|" in out
+    before = golden_path().read_bytes()
+    code, out, _ = run(capsys, "revert", "--reason", "every fixture regressed")
+    assert code == 0 and golden_path().read_bytes() == before
+    rec = ledger.read_iterations()[-1]
+    assert rec["outcome"] == "reverted" and any("aggregate MAPE" in r for r in rec["regressions"])
+
+
+def test_improvement_is_admitted_and_the_golden_file_updated(env, state, capsys, monkeypatch):
+    bad = regression(env)
+    golden_path().unlink()
+    with monkeypatch.context() as m:  # the golden of a worse model: the current tree improves on it
+        edit_presets(m, {COEF: bad})
+        assert run(capsys, "admit", "--bootstrap")[0] == 0
+    worse = read_golden()
+    cite(state, COEF, Catalog.load().model["compute_time_coefficient"], source="restored seed value")
+    code, out, _ = run(capsys, "propose", "--hypothesis", "compute coefficient back to 1", "--change-site",
+                       "hops/presets/model.yaml", "--expect", "MAPE and bubble MAE down on every fixture")
+    assert code == 0, out
+    code, out, _ = run(capsys, "admit")
+    assert code == 0, out
+    new = read_golden()
+    assert new["checksum"] == checksum(new) and new["catalog"] == Catalog.load().as_dict()
+    assert new["admitted"]["iteration"] > worse["admitted"]["iteration"]
+    for v in ("spec", "link_calibrated"):
+        assert new["aggregates"][v]["mape"] < worse["aggregates"][v]["mape"]
+    rec = ledger.read_iterations()[-1]
+    assert rec["outcome"] == "landed" and rec["hypothesis"] == "compute coefficient back to 1"
+    assert rec["before"]["spec"]["mape"] == pytest.approx(worse["aggregates"]["spec"]["mape"])
+    assert rec["after"]["spec"]["mape"] == pytest.approx(new["aggregates"]["spec"]["mape"])
+    log = (state / "LOG.md").read_text()
+    assert "compute coefficient back to 1" in log and "landed" in log and "→" in log
+    code, _, err = run(capsys, "admit")
+    assert code == 2 and "no open iteration" in err
+
+
+def test_constant_change_without_citation_is_rejected(env, state, capsys, monkeypatch):
+    edit_presets(monkeypatch, {"devices.h100.mtbf_hours": 12345})  # changes no score: only the citation rule bites
+    code, out, _ = run(capsys, "gate")
+    assert code == 1 and "citation: devices.h100.mtbf_hours 50000 -> 12345 has no citation" in out, out
+    assert "aggregate" not in out.split("FAIL")[1]
+    cite(state, "devices.h100.mtbf_hours", 999)  # wrong value: still rejected
+    assert run(capsys, "gate")[0] == 1
+    cite(state, "devices.h100.mtbf_hours", 12345, source="")  # empty source: rejected
+    assert "empty `source`" in run(capsys, "gate")[1]
+    cite(state, "devices.h100.mtbf_hours", 12345, source="fleet failure log 2025")
+    assert run(capsys, "gate")[0] == 0
+    # a --set what-if follows the same rule: numbers are printed, the missing citation fails the gate
+    code, out, _ = run(capsys, "gate", "--set", "model.k_floor_ms=1.5")
+    assert code == 1 and "MAPE % golden -> now" in out and "citation: model.k_floor_ms 1.4 -> 1.5" in out
+    cfg = GateConfig.load()
+    v = citation_violations([("devices.a10g.peak_tflops", 125, 130)],
+                            [{"path": "devices.a10g.peak_tflops", "value": 130, "source": "optuna", "kind": "fit"}], cfg)
+    assert v and "search_space.yaml" in v[0]
+
+
+def test_hand_edited_golden_file_is_detected(env, state, capsys):
+    doc = json.loads(golden_path().read_text())
+    doc["aggregates"]["spec"]["mape"] += 50.0  # loosen the bar by hand
+    golden_path().write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "gate")
+    assert code == 1 and "does not match the checksum" in out
+
+
+# --------------------------------------------------------------------------- the held-out split
+def test_test_split_is_refused_everywhere(env, state, capsys):
+    from autoresearch.fixtures import list_fixtures
+    from autoresearch.gate import run_gate
+    from autoresearch.observe import observe
+    from autoresearch.search import run_search
+
+    for call in (lambda: validate_mod.validate("test", root=env["root"]),
+                 lambda: list_fixtures(env["root"], "test"),
+                 lambda: run_gate(root=env["root"], split="test"),
+                 lambda: observe("test", root=env["root"], log=False),
+                 lambda: run_search("compute", 1, split="test", root=env["root"])):
+        with pytest.raises(SplitGuardError, match="held out"):
+            call()
+    for argv in (["validate", "--split", "test"], ["observe", "--split", "test"], ["gate", "--split", "test"],
+                 ["search", "--space", "compute", "--trials", "1", "--split", "test"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and REFUSAL in err and not out, argv
+    code, _, err = run(capsys, "observe", "--split", "diagnostic")  # sanity-only split: not for steering
+    assert code == 2 and "sanity-only" in err
+
+
+def test_checkpoint_prints_and_records_suite_aggregates_only_and_only_once(env, state, capsys, tmp_path,
+                                                                          monkeypatch):
+    root = tmp_path / "with_test"
+    for fid in TRAIN:  # a synthetic held-out split made of real traces
+        _link(env["fixtures_root"] / "train" / "cluster_results", root, "test", fid)
+    cache = tmp_path / "trace_cache"
+    monkeypatch.setenv("HOPS_CACHE", str(cache))
+    (state / "checkpoints.json").write_text("[]\n")
+    assert run(capsys, "validate", "--split", "test", "--fixtures", str(root))[0] == 2
+    code, out, err = run(capsys, "checkpoint", "--split", "test", "--confirm-human", "release review",
+                         "--fixtures", str(root))
+    assert code == 0, err
+    assert "link_calibrated" in out and "MAPE" in out
+    leaks = [*TRAIN, "a10g", "l4", "device_family", "pair", "exp2"]
+    book = ledger.Ledger()
+    runs = book.runs(ledger.CHECKPOINTS)
+    assert len(runs) >= 1
+    newest = max(runs, key=lambda r: r.info.start_time)
+    recorded = json.dumps([newest.data.params, newest.data.metrics, newest.data.tags])
+    on_disk = [p.read_text(errors="ignore") for p in Path(newest.info.artifact_uri.removeprefix("file://")).rglob("*")
+               if p.is_file()] if Path(newest.info.artifact_uri.removeprefix("file://")).exists() else []
+    for text in (out, err, recorded, (state / "checkpoints.json").read_text(), *on_disk):
+        for word in leaks:
+            assert word not in text, (word, text[:300])
+    assert not cache.exists() or not any(cache.iterdir()), "no per-fixture cache files may outlive the checkpoint"
+    assert set(json.loads((state / "checkpoints.json").read_text())[0]["aggregates"]["spec"]) == \
+        {"mape", "bubble_mae_pp", "rho_mean", "n"}
+    code, _, err = run(capsys, "checkpoint", "--split", "test", "--confirm-human", "again", "--fixtures", str(root))
+    assert code == 2 and "already had its test checkpoint" in err
+    (state / "checkpoints.json").write_text("[]\n")  # a fresh clone's file: the ledger still refuses
+    assert run(capsys, "checkpoint", "--split", "test", "--confirm-human", "again", "--fixtures", str(root))[0] == 2
+    code, _, err = run(capsys, "checkpoint", "--split", "train", "--confirm-human", "x")
+    assert code == 2 and "only for the held-out split" in err
+
+
+# --------------------------------------------------------------------------- search
+def test_search_refuses_anything_not_allowlisted_and_nests_trials(env, state, capsys, tmp_path):
+    code, _, err = run(capsys, "search", "--space", "nonexistent", "--trials", "1")
+    assert code == 2 and "unknown space" in err
+    code, _, err = run(capsys, "search", "--space", "compute", "--only", "devices.a10g.peak_tflops", "--trials", "1")
+    assert code == 2 and "not allowlisted" in err
+    bad = tmp_path / "space.yaml"
+    bad.write_text(yaml.safe_dump({"spaces": {"x": [{"name": "n", "path": "model.no_such_constant", "low": 0,
+                                                      "high": 1, "rationale": "r"}]}}))
+    with pytest.raises(SearchError, match="not a catalog path"):
+        load_allowlist(bad)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    code, out, err = run(capsys, "search", "--space", "compute", "--only", "model.k_floor_ms", "--trials", "2",
+                         "--storage", storage, "--seed", "3")
+    assert code == 0, err
+    assert "proposal only" in out and "python -m autoresearch gate --set model.k_floor_ms=" in out
+    book = ledger.Ledger()
+    parent = max(book.runs(ledger.CALIBRATION, "tags.run_type = 'search'"), key=lambda r: r.info.start_time)
+    trials = book.runs(ledger.CALIBRATION, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert len(trials) == 2 and all("link_calibrated.mape" in t.data.metrics for t in trials)
+    assert PROVENANCE <= set(trials[0].data.params) and "model.k_floor_ms=" in trials[0].data.params["overrides"]
+    assert Catalog.load().as_dict() == read_golden()["catalog"], "search must not write presets"
+
+
+# --------------------------------------------------------------------------- ledger contents
+def test_runs_carry_the_documented_params_metrics_tags_and_artifacts(env, state, capsys):
+    assert run(capsys, "propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e")[0] == 0
+    assert run(capsys, "gate")[0] == 0
+    book = ledger.Ledger()
+    it = book.open_iteration()
+    gate = book.get_run(it.data.tags["last_gate_run"])
+    assert PROVENANCE <= set(gate.data.params)
+    m = gate.data.metrics
+    for key in ("spec.mape", "link_calibrated.bubble_mae_pp", "link_calibrated.rho_mean", "replay.mape",
+                "gate.violations", "group.device_family.a10g.spec.mape", "diagnostic.link_calibrated.mape"):
+        assert key in m, key
+    for tag in ("iteration", "hypothesis", "change_site", "expected_effect", "outcome"):
+        assert tag in gate.data.tags and tag in it.data.tags, tag
+    assert (gate.data.tags["run_type"], it.data.tags["run_type"]) == ("gate", "iteration")
+    assert gate.data.tags["outcome"] == "open" and it.data.metrics["before.spec.mape"] > 0
+    arts = {a.path for a in book.client.list_artifacts(gate.info.run_id)}
+    assert {"fixtures.csv", "report.md", "scatter.png", "groups.png"} <= arts
+    assert run(capsys, "revert", "--blocked", "--reason", "needs per-stage host overhead in the schema")[0] == 0
+    closed = book.runs(ledger.CALIBRATION, f"tags.iteration = '{it.data.tags['iteration']}'")
+    assert {r.data.tags["outcome"] for r in closed} == {"blocked"}
+
+
+def test_observe_ranks_contributors_with_numbers_and_logs_a_run(env, state, capsys):
+    code, out, _ = run(capsys, "observe", "--top", "3")
+    assert code == 0
+    assert re.search(r"(first|middle|last)-stage \w+ \w+ (under|over)-predicted [\d.]+x on \d+ fixtures?", out), out
+    assert "groups by contribution" in out and "worst fixtures" in out
+    book = ledger.Ledger()
+    obs = max(book.runs(ledger.CALIBRATION, "tags.run_type = 'observe'"), key=lambda r: r.info.start_time)
+    assert "contributors.csv" in {a.path for a in book.client.list_artifacts(obs.info.run_id)}
+
+
+def test_log_keeps_iterations_recorded_on_another_machine(env, state, capsys):
+    from autoresearch.research_log import collect, render
+
+    other = {"iteration": 41, "run_id": "elsewhere", "outcome": "reverted", "hypothesis": "from another clone",
+             "change_site": "hops/engine.py", "expected_effect": "x", "before": {}, "after": None,
+             "regressions": ["exp: worse"], "reason": "r"}
+    ledger.append_iteration(other)
+    assert run(capsys, "log")[0] == 0
+    text = (state / "LOG.md").read_text()
+    assert "from another clone" in text and "## Iteration 41: reverted" in text
+    assert "from another clone" in render(collect(None))
+
+
+# --------------------------------------------------------------------------- gated commits
+def test_pre_commit_hook_runs_the_gate_on_every_model_file():
+    doc = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
+    hooks = [h for repo in doc["repos"] for h in repo["hooks"]]
+    gate = next(h for h in hooks if "autoresearch gate" in h["entry"])
+    pattern = re.compile(gate["files"])
+    files = [p.relative_to(REPO).as_posix() for p in ledger.model_files()]
+    files += [f"hops/presets/{p.name}" for p in PRESET_DIR.glob("*.yaml")]
+    files += ["autoresearch/golden/train.json", "autoresearch/gate.yaml", "autoresearch/citations.yaml"]
+    assert [f for f in files if not pattern.search(f)] == []
+    assert not pattern.search("README.md") and not pattern.search("experiments/hetero_scheduler/run.py")
