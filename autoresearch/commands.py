@@ -218,16 +218,21 @@ def run_propose(args) -> int:
 
 
 def close_iteration(book: ledger.Ledger, run, outcome: str, *, after: dict | None, before: dict | None = None,
-                    regressions=(), worse=(), reason: str = "") -> dict:
-    """Append the durable record, then mark every run of the iteration with its outcome."""
+                    regressions=(), worse=(), reason: str = "", prov: dict | None = None) -> dict:
+    """Append the durable record, then mark every run of the iteration with its outcome.
+
+    `prov` is the tree the outcome was judged on (admit passes the one it measured, before the
+    golden file it writes makes the tree look dirty).
+    """
     from .research_log import from_run
 
     rec = from_run(run)
     t = run.data.tags
+    prov = prov or {"git_commit": ledger.git_commit(), "git_diff_hash": ledger.git_diff_hash(),
+                    "model_fingerprint": ledger.model_fingerprint()}
     rec.update(outcome=outcome, closed=ledger.now(), reason=reason, after=after, regressions=list(regressions),
-               worse_within_tolerance=list(worse), git_commit=ledger.git_commit(),
-               git_diff_hash=ledger.git_diff_hash(), model_fingerprint=ledger.model_fingerprint(),
-               opened=t.get("opened", ""))
+               worse_within_tolerance=list(worse), opened=t.get("opened", ""),
+               **{k: prov[k] for k in ("git_commit", "git_diff_hash", "model_fingerprint")})
     if before is not None:
         rec["before"] = before
     from .validate import _nan_to_none
@@ -288,7 +293,7 @@ def run_admit(args) -> int:
     path = write_golden(new, cfg.split)
     before = None if args.bootstrap else result.golden["aggregates"]
     close_iteration(book, book.get_run(iteration.info.run_id), "landed", after=new["aggregates"],
-                    before=before or {}, worse=[m for _, m in result.comparison.worse[:10]])
+                    before=before or {}, worse=[m for _, m in result.comparison.worse[:10]], prov=prov)
     _refresh_log(book)
     print(f"admitted iteration {n}: {path} rewritten; {ledger.iterations_path().name} and LOG.md updated. "
           f"Commit them with the change.")
