@@ -173,6 +173,8 @@ def replay_scenario(fixture: Fixture, fit: ReplayFit, catalog: Catalog) -> dict:
     else:
         opt["enabled"] = False
     doc["optimizer"] = opt
+    # The fitted dead time already contains the iteration-end collectives the model would add.
+    pipe.setdefault("model", {})["tied_embeddings"] = False
     if fit.host_overhead is not None:
         pipe["host_overhead"] = fit.host_overhead.as_doc()
     else:

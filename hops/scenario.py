@@ -88,6 +88,7 @@ class Scenario:
     hidden_dim: int | None
     seq_len: int | None
     vocab_size: int | None
+    tied_embeddings: bool | None  # None: the model constant decides
     activation_mb: float | None
     compute_jitter: float
     host_overhead: Distribution | None
@@ -231,7 +232,7 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
     stages = _parse_stages(pipe, device_ids, src)
 
     model = pipe.reader("model")
-    model.check_keys({"hidden_dim", "seq_len", "vocab_size"})
+    model.check_keys({"hidden_dim", "seq_len", "vocab_size", "tied_embeddings"})
     split = pipe.reader("backward_split")
     split.check_keys({"enabled", "activation_grad_fraction"})
 
@@ -276,6 +277,7 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
         hidden_dim=model.get("hidden_dim", int, None, positive=True),
         seq_len=model.get("seq_len", int, None, positive=True),
         vocab_size=model.get("vocab_size", int, None, positive=True),
+        tied_embeddings=model.get("tied_embeddings", bool, None),
         activation_mb=pipe.get("activation_mb", float, None, positive=True),
         compute_jitter=pipe.get("compute_jitter", float, 0.0, nonneg=True),
         host_overhead=parse_distribution(host, pipe.sub("host_overhead"), src) if host is not None else None,

@@ -1,0 +1,49 @@
+"""Collectives at the end of an iteration: the data-parallel gradient all-reduce and the
+tied-embedding gradient all-reduce between the first and the last pipeline stage.
+
+Megatron-style GPT training keeps a copy of the word embeddings on the last stage for the
+LM head (tied input/output embeddings). After every pipeline flush the two copies' gradients
+are all-reduced in full precision, so each iteration pays V*h*bytes over the path between
+the first and the last stage's hosts before the optimizer may step (the gradient-norm
+collective inside the step makes every stage wait for it).
+"""
+from __future__ import annotations
+
+
+def ring_allreduce_ms(size_mb: float, ranks: int, bandwidth_gbps: float, latency_ms: float) -> float:
+    """Ring all-reduce: 2(n-1) steps, each moving size/n over every link (MB / (GB/s) = ms)."""
+    if ranks <= 1 or size_mb <= 0:
+        return 0.0
+    return 2 * (ranks - 1) * latency_ms + 2 * (ranks - 1) / ranks * size_mb / bandwidth_gbps
+
+
+def data_parallel_allreduce_ms(scenario, catalog) -> list[float]:
+    """Per-stage gradient all-reduce across data-parallel replicas (ring, or naive through one root)."""
+    d = scenario.dp_degree
+    if d <= 1 or not scenario.optimizer_enabled:
+        return [0.0] * scenario.n_stages
+    preset = scenario.dp_interconnect or scenario.cross_node or scenario.same_node
+    link = catalog.interconnects[preset]
+    bw, lat = float(link["bandwidth_gbps"]), float(link["latency_ms"])
+    if scenario.dp_algorithm == "ring":
+        return [ring_allreduce_ms(st.weights_mb, d, bw, lat) for st in scenario.stages]
+    return [2 * (d - 1) * (lat + st.weights_mb / bw) for st in scenario.stages]
+
+
+def tied_embedding_sync_ms(scenario, catalog, topology) -> float:
+    """Time of the first<->last stage embedding-gradient all-reduce, 0 when it does not happen.
+
+    It happens when the pipeline has more than one stage on different devices, the model
+    shape is known and the embeddings are tied (scenario `pipeline.model.tied_embeddings`,
+    else the model constant `tied_embeddings`).
+    """
+    tied = scenario.tied_embeddings if scenario.tied_embeddings is not None else catalog.model["tied_embeddings"]
+    first, last = scenario.stages[0].device, scenario.stages[-1].device
+    if not tied or scenario.n_stages < 2 or first == last or not scenario.hidden_dim:
+        return 0.0
+    vocab = scenario.vocab_size or catalog.model["vocab_size"]
+    size_mb = vocab * scenario.hidden_dim * catalog.model["embedding_grad_bytes_per_element"] / 1e6
+    link = topology.link(first, last)
+    if link is None:
+        return 0.0
+    return ring_allreduce_ms(size_mb, 2, link.bandwidth_gbps, link.latency_ms)
