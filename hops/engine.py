@@ -288,15 +288,28 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
 
 
 def _optimizer_ms(scenario, compute: ComputeModel, catalog) -> list[float]:
-    """Optimizer step per stage: given, or the Adam update's memory traffic over HBM bandwidth."""
+    """Optimizer step per stage: given, or the step's HBM traffic over memory bandwidth.
+
+    The traffic comes from the stage's parameter count when the model shape is known
+    (transformer layers, plus the word embeddings on the first stage and the LM head on
+    the last), at `optimizer_step_bytes_per_param`; otherwise from weights_mb.
+    """
     if not scenario.optimizer_enabled:
         return [0.0] * scenario.n_stages
     if scenario.optimizer_step_ms is not None:
         return list(scenario.optimizer_step_ms)
-    k = catalog.model["optimizer_bytes_per_weight_byte"]
+    m = catalog.model
     out = []
-    for st, dev in zip(scenario.stages, compute.devices):
-        traffic_mb = st.weights_mb * (2.0 + 2.0 * k)  # read grads + weights, read/write states, write weights
+    for i, (st, dev, e) in enumerate(zip(scenario.stages, compute.devices, compute.expected)):
+        if scenario.hidden_dim and e.layers:
+            h = scenario.hidden_dim
+            params = e.layers * 12 * h * h
+            if i in (0, scenario.n_stages - 1):
+                params += (scenario.vocab_size or m["vocab_size"]) * h
+            traffic_mb = params * m["optimizer_step_bytes_per_param"] / 1e6
+        else:
+            k = m["optimizer_bytes_per_weight_byte"]
+            traffic_mb = st.weights_mb * (2.0 + 2.0 * k)  # read grads + weights, read/write states, write weights
         out.append(traffic_mb / dev.memory_bandwidth_gbps + dev.launch_overhead_ms)
     return out
 
