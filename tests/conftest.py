@@ -19,7 +19,7 @@ def fixtures_root() -> Path:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(msg)
         pytest.skip(msg)
-    path = Path(root)
+    path = Path(root).resolve()  # absolute: tests chdir and build symlinked fixture roots
     if not path.is_dir():
         pytest.fail(f"HOPS_FIXTURES={root} is not a directory")
     return path

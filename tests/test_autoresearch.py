@@ -129,14 +129,13 @@ def test_deliberate_regression_is_rejected_with_every_violation_listed(env, stat
 
 
 def test_improvement_is_admitted_and_the_golden_file_updated(env, state, capsys, monkeypatch):
-    bad = regression(env)
     golden_path().unlink()
-    with monkeypatch.context() as m:  # the golden of a worse model: the current tree improves on it
-        edit_presets(m, {COEF: bad})
+    with monkeypatch.context() as m:  # the golden of a worse model (no iteration-end embedding sync)
+        edit_presets(m, {"model.tied_embeddings": False})
         assert run(capsys, "admit", "--bootstrap")[0] == 0
     worse = read_golden()
-    cite(state, COEF, Catalog.load().model["compute_time_coefficient"], source="restored seed value")
-    code, out, _ = run(capsys, "propose", "--hypothesis", "compute coefficient back to 1", "--change-site",
+    cite(state, "model.tied_embeddings", True, source="restored: Megatron ties embeddings")
+    code, out, _ = run(capsys, "propose", "--hypothesis", "the embedding sync is back", "--change-site",
                        "hops/presets/model.yaml", "--expect", "MAPE and bubble MAE down on every fixture")
     assert code == 0, out
     code, out, _ = run(capsys, "admit")
@@ -147,11 +146,11 @@ def test_improvement_is_admitted_and_the_golden_file_updated(env, state, capsys,
     for v in ("spec", "link_calibrated"):
         assert new["aggregates"][v]["mape"] < worse["aggregates"][v]["mape"]
     rec = ledger.read_iterations()[-1]
-    assert rec["outcome"] == "landed" and rec["hypothesis"] == "compute coefficient back to 1"
+    assert rec["outcome"] == "landed" and rec["hypothesis"] == "the embedding sync is back"
     assert rec["before"]["spec"]["mape"] == pytest.approx(worse["aggregates"]["spec"]["mape"])
     assert rec["after"]["spec"]["mape"] == pytest.approx(new["aggregates"]["spec"]["mape"])
     log = (state / "LOG.md").read_text()
-    assert "compute coefficient back to 1" in log and "landed" in log and "→" in log
+    assert "the embedding sync is back" in log and "landed" in log and "→" in log
     code, _, err = run(capsys, "admit")
     assert code == 2 and "no open iteration" in err
 
