@@ -37,6 +37,7 @@ from .timeline import Timeline
 STREAMS = ("compute", "comm", "host", "failure", "straggler")
 PHASE_CODES = ("F", "B", "W", "BW")
 _F, _B, _W, _BW = range(4)
+SPLIT_NEVER, SPLIT_ALWAYS, SPLIT_EITHER = range(3)  # per-stage backward modes (see split_modes)
 
 
 class SchedulerError(HopsError, RuntimeError):
@@ -107,7 +108,11 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         options=dict(scenario.scheduler_options))
     sched = resolve_scheduler(scenario.schedule)(**scenario.scheduler_options)
     sched.configure(meta)
-    split = bool(sched.split_backward)
+    smode = split_modes(sched.split_backward, p, sched.name)
+    split = bool(smode[0]) if len(set(smode)) == 1 and smode[0] != SPLIT_EITHER else \
+        ["either" if v == SPLIT_EITHER else bool(v) for v in smode]
+    bwd_codes = [({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode]  # accepted backward tasks
+    either = [v == SPLIT_EITHER for v in smode]
 
     n_total = iters * m
     samples = compute.sample(rngs["compute"], n_total)
@@ -151,7 +156,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         for j in range(m):
             f_ready[0][j] = 1
         dev_busy = [False] * len(dev_ids)
-        remaining = [m * (3 if split else 2)] * p
+        remaining = [m * (3 if smode[s] else 2) for s in range(p)]  # "either" stages: -1 per fused BW
         stage_end = [t_iter] * p
         heap: list = []
         seq = 0
@@ -179,19 +184,21 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
                     peak_in_flight[s] = in_flight[s]
                 code = _F
             elif phase == "W":
-                if not split or not w_ready[s][j]:
+                if not w_ready[s][j]:  # set only when this microbatch's B finished
                     raise SchedulerError(f"scheduler {sched.name!r} started W{j} on stage {s} before its B")
                 w_ready[s][j] = 0
                 n_w[s] += 1
                 code = _W
             else:
-                want = "B" if split else "BW"
-                if phase != want or not b_ready[s][j]:
+                code = bwd_codes[s].get(phase)
+                if code is None or not b_ready[s][j]:
+                    want = " or ".join(bwd_codes[s])
                     raise SchedulerError(f"scheduler {sched.name!r} started {phase}{j} on stage {s}: expected "
                                          f"{want} after its gradient arrived")
+                if either[s] and code == _BW:
+                    remaining[s] -= 1  # fused: no W will follow for this microbatch
                 b_ready[s][j] = 0
                 n_b[s] += 1
-                code = _B if split else _BW
             started[s] += 1
             dev_busy[sdev[s]] = True
             end = now + dur[s][code][off + j]
@@ -199,8 +206,10 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             seq += 1
             heappush(heap, (end, seq, 0, s, j, code))
 
-        def send(s: int, lk, j: int, direction: int, now: float) -> None:
-            """Ship an activation (direction +1) or gradient (-1) from stage s; schedule its arrival."""
+        def send(s: int, lk, j: int, direction: int, label: int, now: float) -> None:
+            """Ship an activation (direction +1) or gradient (-1) from stage s; schedule its arrival.
+
+            ``label`` is the phase code of the task that produced it (F, B or BW)."""
             nonlocal seq
             dst = s + direction
             if lk is None:
@@ -216,7 +225,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
                 arrive = start + d
                 link_free[lk] = arrive
                 link_count[lk] += 1
-                xfer_rows.append((lk, s, off + j, _F if direction > 0 else (_B if split else _BW), start, arrive, it))
+                xfer_rows.append((lk, s, off + j, label, start, arrive, it))
             seq += 1
             heappush(heap, (arrive, seq, 1, dst, j, direction))
 
@@ -231,12 +240,12 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
                 dev_busy[sdev[s]] = False
                 if code == _F:
                     if s < p - 1:
-                        send(s, fwd_link[s], j, 1, now)
+                        send(s, fwd_link[s], j, 1, _F, now)
                     else:
                         b_ready[s][j] = 1
                 else:
                     if code != _W and s > 0:
-                        send(s, bwd_link[s], j, -1, now)
+                        send(s, bwd_link[s], j, -1, code, now)
                     if code == _B:
                         w_ready[s][j] = 1
                     else:
@@ -285,6 +294,29 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     return EngineResult(tl, exp, sched, peak_in_flight, link_stats,
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
                          "links": links, "stragglers": stragglers})
+
+
+def split_modes(value, p: int, name: str = "?") -> list[int]:
+    """A scheduler's ``split_backward`` as one mode per stage.
+
+    A bool applies to every stage (the original contract). A sequence gives one entry per
+    stage: False (fused BW only), True (B then W only) or "either" (the scheduler decides per
+    microbatch by returning "BW" or "B"), so a schedule can fuse where a split would cost a
+    saturated stage time and split only where the shorter B shortens the critical path.
+    """
+    if isinstance(value, str) or not hasattr(value, "__len__"):
+        value = [value] * p
+    if len(value) != p:
+        raise SchedulerError(f"scheduler {name!r}: split_backward has {len(value)} entries for {p} stages")
+    out = []
+    for v in value:
+        if isinstance(v, str):
+            if v != "either":
+                raise SchedulerError(f"scheduler {name!r}: split_backward entry {v!r}; expected a bool or 'either'")
+            out.append(SPLIT_EITHER)
+        else:
+            out.append(SPLIT_ALWAYS if v else SPLIT_NEVER)
+    return out
 
 
 def _optimizer_ms(scenario, compute: ComputeModel, catalog) -> list[float]:

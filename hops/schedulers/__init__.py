@@ -5,10 +5,12 @@ import importlib
 
 from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
 from .classic import GPipe, OneFOneB
+from .hetero_search import HeteroSearch
 from .hops_hetero import HopsHetero
 from .zero_bubble import ZeroBubble
 
-_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZeroBubble, HopsHetero)}
+_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZeroBubble, HopsHetero,
+                                                                   HeteroSearch)}
 
 
 def register(cls: type[Scheduler]) -> type[Scheduler]:
@@ -38,4 +40,5 @@ def resolve_scheduler(name: str) -> type[Scheduler]:
 
 
 __all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",
-           "available", "resolve_scheduler", "GPipe", "OneFOneB", "ZeroBubble", "HopsHetero"]
+           "available", "resolve_scheduler", "GPipe", "OneFOneB", "ZeroBubble", "HopsHetero",
+           "HeteroSearch"]

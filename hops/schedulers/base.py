@@ -62,7 +62,10 @@ class Scheduler:
     """Base class: subclasses set `name`, maybe `split_backward`, and implement next_tasks."""
 
     name = "base"
-    split_backward = False  # True: backward runs as B then W (zero-bubble family)
+    # True: backward runs as B then W (zero-bubble family). May also be a per-stage sequence
+    # of False / True / "either" (the scheduler picks "BW" or "B" per microbatch); the engine
+    # reads it after configure, so a scheduler may decide it from the pipeline's times.
+    split_backward = False
 
     def __init__(self, **options: Any):
         self.options = options

@@ -1,0 +1,1 @@
+"""Heterogeneity-aware scheduling study: reproduce HopsHetero, then beat it (see RESULTS.md)."""

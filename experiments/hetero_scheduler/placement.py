@@ -1,0 +1,68 @@
+"""Placement study: hops.planner against the uniform partition, per device set.
+
+Device sets: those of the 16 reference configs and of our own configs (model = the
+config's hidden size, sequence, micro-batch and microbatch count, with its total layer
+count), plus memory-tight sets where the uniform partition does not fit. Planned and
+uniform partitions are both simulated with the proposed scheduler.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hops.compute import stage_layers
+from hops.hardware import Catalog
+from hops.planner import Device, ModelSpec, Planner
+from hops.scenario import load_scenario
+
+# Sets where memory decides: a 13B-class model (h 5120, 40 layers, seq 2048; 629 MB of
+# bf16 weights per layer, x7 with Adam state) cannot sit uniformly on 24 GB cards.
+MEMORY_TIGHT = [
+    ("mem_13b_4xa100_4xl4", "4 A100-80GB + 4 L4-24GB, 13B-class model (40 x h5120)",
+     ["a100"] * 4 + ["l4"] * 4, ModelSpec(layers=40, hidden=5120, seq=2048, microbatches=32), 4),
+    ("mem_13b_2xh100_6xa10g", "2 H100-80GB + 6 A10G-24GB, 13B-class model (40 x h5120)",
+     ["a10g"] * 3 + ["h100"] * 2 + ["a10g"] * 3, ModelSpec(layers=40, hidden=5120, seq=2048, microbatches=32), 1),
+]
+
+
+def config_case(path: Path, catalog: Catalog):
+    sc = load_scenario(path, catalog)
+    total = round(sum(stage_layers(sc, st, catalog.model) for st in sc.stages))
+    devices = [Device(d.id, d.gpu, d.node, dict(sc.device_overrides.get(d.id, {}))) for d in sc.devices]
+    model = ModelSpec(layers=total, hidden=sc.hidden_dim, seq=sc.seq_len, micro_batch=sc.micro_batch_size,
+                      microbatches=sc.microbatches, vocab=sc.vocab_size or catalog.model["vocab_size"],
+                      precision=sc.precision)
+    return devices, model, sc.same_node or "nvlink", sc.cross_node or sc.same_node or "infiniband"
+
+
+def plan_case(name: str, group: str, devices, model, same_node, cross_node, schedule: str, catalog: Catalog,
+              note: str = "") -> dict:
+    t0 = time.perf_counter()
+    planner = Planner(devices, model, catalog=catalog, same_node=same_node, cross_node=cross_node)
+    res = planner.plan(schedule=schedule)
+    b, u = res.best, res.uniform
+    return {
+        "name": name, "group": group, "note": note, "devices": len(devices), "layers": model.layers,
+        "microbatches": model.microbatches,
+        "uniform": {"order": u.order, "layers": u.layers, "samples_per_s": u.samples_per_s,
+                    "iteration_ms": u.simulated_ms, "fits": not u.over_capacity, "over_capacity": u.over_capacity,
+                    "memory_mb": u.memory_mb},
+        "planned": {"order": b.order, "layers": b.layers, "samples_per_s": b.samples_per_s,
+                    "iteration_ms": b.simulated_ms, "fits": not b.over_capacity, "over_capacity": b.over_capacity,
+                    "memory_mb": b.memory_mb, "capacity_mb": b.capacity_mb},
+        "gain_pct": 100.0 * (b.samples_per_s / u.samples_per_s - 1.0),
+        "orders_considered": res.orders_considered,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def cases(reference: list[Path], own: list[Path], catalog: Catalog):
+    out = []
+    for group, paths in (("reference", reference), ("own", own)):
+        for path in paths:
+            devices, model, same, cross = config_case(path, catalog)
+            out.append((path.stem, group, devices, model, same, cross, ""))
+    for name, note, gpus, model, per_node in MEMORY_TIGHT:
+        devices = [Device(f"{g}_{i}", g, f"n{i // per_node}") for i, g in enumerate(gpus)]
+        out.append((name, "memory-tight", devices, model, "nvlink", "infiniband", note))
+    return out

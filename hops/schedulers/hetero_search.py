@@ -1,0 +1,368 @@
+"""HeteroSearch: choose, per stage and per microbatch, fused or split backward, by search.
+
+Why: splitting backward into B (activation gradient) and W (weight gradient) pays off only
+where B sits on the critical path and the stage has idle time to absorb W. On a saturated
+stage the split costs time (an extra launch, and in the seed's model an extra dispatch
+floor), so ZeroBubble's all-or-nothing split loses there; 1F1B's all-fused never collects
+the gain where it exists. The seed's HopsHetero picks between the two for the whole
+pipeline; here the choice is made per stage and per microbatch.
+
+How (configure time, from the expected per-stage F/B/W/BW and transfer times only):
+a small event simulation that mirrors the engine (one task per device, FIFO links) runs
+candidate policies and keeps the shortest. A policy is a greedy list schedule (B first,
+then F under the activation cap, then a deferred W) plus, for every stage, how many of the
+first (``head``) and last (``tail``) microbatches run split; the rest run fused. The
+candidates always include the built-in schedules (1F1B's static order, ZeroBubble's
+greedy) so the search never predicts worse than them, and a coordinate descent over
+(head, tail) per stage finds where splits pay. The activation cap is the 1F1B/ZB-H1 level
+(p - s microbatches on stage s) unless ``max_in_flight`` (one cap for every stage) or
+``extra_in_flight`` (p - s + extra) say otherwise, so by default the schedule never holds
+more activations than 1F1B.
+
+Options: max_in_flight, extra_in_flight, search_passes (coordinate-descent passes, 2),
+search_budget (simulated tasks, 5e6), per_microbatch (False: each stage all-fused or
+all-split, an ablation).
+
+The winner is replayed as a fixed per-stage task order (StaticOrderScheduler semantics):
+with deterministic times the run reproduces the prediction exactly (the internal simulation
+asks the policy at the same moments the engine does, and a non-idling greedy schedule is
+reproduced by its own order); with jitter the order stays deadlock-free because it came from
+a feasible execution. Replaying the greedy policy itself instead was tried and was worse
+under compute jitter (see the study's research log).
+
+This follows the published idea of ZeroBubble's automatic scheduling (Qi et al., "Zero
+Bubble Pipeline Parallelism", ICLR 2024: a heuristic search over schedules given profiled
+F/B/W times under a memory limit), extended with the fused-or-split choice; it is written
+from that description, not from its code.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Sequence
+
+from .base import PipelineMeta, Scheduler, SchedulerState, Task
+
+_F, _B, _W, _BW = 0, 1, 2, 3
+_CACHE: dict[tuple, "Plan"] = {}
+_CACHE_MAX = 256
+
+
+class Plan:
+    """The chosen schedule: per-stage task orders, the engine's split modes, and how it was found."""
+
+    __slots__ = ("orders", "modes", "makespan", "label", "evaluated", "baselines", "params")
+
+    def __init__(self, orders, makespan, label, evaluated, baselines, params=None):
+        self.params = params  # (head, tail, f_first) of the winning greedy policy, None for a built-in
+        self.orders = orders
+        self.makespan = makespan
+        self.label = label
+        self.evaluated = evaluated
+        self.baselines = baselines
+        modes = []
+        for order in orders:
+            kinds = {ph for ph, _ in order if ph in ("B", "BW")}
+            modes.append("either" if kinds == {"B", "BW"} else kinds == {"B"})
+        self.modes = modes
+
+
+# --------------------------------------------------------------------------- internal simulation
+def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task | None],
+                    record: bool = False):
+    """One iteration under expected times, with the engine's rules; returns (makespan, orders).
+
+    Mirrors hops.engine: a device runs one task at a time, each directed link is a FIFO,
+    events at equal times resolve in creation order, and only the stage an event concerns
+    is asked for work. The backward link s -> s-1 is taken to cost what s-1 -> s costs
+    (PipelineMeta carries forward transfer times only).
+    """
+    p, m = meta.n_stages, meta.n_microbatches
+    dur = [(meta.f[s], meta.b[s], meta.w[s], meta.bw[s]) for s in range(p)]
+    devs = list(meta.devices)
+    dev_ids = {d: k for k, d in enumerate(dict.fromkeys(devs))}
+    sdev = [dev_ids[d] for d in devs]
+    on_dev = [[s2 for s2 in range(p) if sdev[s2] == sdev[s]] for s in range(p)]
+    shared = len(dev_ids) < p
+    link_key: dict[tuple, int] = {}
+
+    def lid(a, b):
+        if devs[a] == devs[b]:
+            return -1
+        return link_key.setdefault((devs[a], devs[b]), len(link_key))
+
+    fwd = [lid(s, s + 1) if s < p - 1 else -1 for s in range(p)]
+    bwd = [lid(s, s - 1) if s > 0 else -1 for s in range(p)]
+    xf = [meta.transfer_ms[s] if s < p - 1 else 0.0 for s in range(p)]
+    xb = [meta.transfer_ms[s - 1] if s > 0 else 0.0 for s in range(p)]
+    link_free = [0.0] * len(link_key)
+
+    st = SchedulerState(p, m, 0)
+    f_ready, b_ready, w_ready = st.f_ready, st.b_ready, st.w_ready
+    n_f, n_b, n_w, started, in_flight = st.n_f, st.n_b, st.n_w, st.started, st.in_flight
+    for j in range(m):
+        f_ready[0][j] = 1
+    busy = [False] * len(dev_ids)
+    orders = [[] for _ in range(p)] if record else None
+    heap: list = []
+    seq = 0
+    end_max = 0.0
+    push, pop = heapq.heappush, heapq.heappop
+
+    def start(s: int, now: float) -> None:
+        nonlocal seq
+        st.stage = s
+        st.now = now
+        task = policy(st)
+        if task is None:
+            return
+        phase, j = task
+        if phase == "F":
+            f_ready[s][j] = 0
+            n_f[s] += 1
+            in_flight[s] += 1
+            code = _F
+        elif phase == "W":
+            w_ready[s][j] = 0
+            n_w[s] += 1
+            code = _W
+        else:
+            b_ready[s][j] = 0
+            n_b[s] += 1
+            code = _B if phase == "B" else _BW
+        started[s] += 1
+        busy[sdev[s]] = True
+        if record:
+            orders[s].append(task)
+        seq += 1
+        push(heap, (now + dur[s][code], seq, 0, s, j, code))
+
+    def send(lk: int, t_ms: float, dst: int, j: int, direction: int, now: float) -> None:
+        nonlocal seq
+        if lk < 0:
+            arrive = now
+        else:
+            t0 = link_free[lk] if link_free[lk] > now else now
+            arrive = t0 + t_ms
+            link_free[lk] = arrive
+        seq += 1
+        push(heap, (arrive, seq, 1, dst, j, direction))
+
+    for s in range(p):
+        start(s, 0.0)
+    while heap:
+        now, _, etype, s, j, code = pop(heap)
+        if etype == 0:
+            if now > end_max:
+                end_max = now
+            busy[sdev[s]] = False
+            if code == _F:
+                if s < p - 1:
+                    send(fwd[s], xf[s], s + 1, j, 1, now)
+                else:
+                    b_ready[s][j] = 1
+            else:
+                if code != _W and s > 0:
+                    send(bwd[s], xb[s], s - 1, j, -1, now)
+                if code == _B:
+                    w_ready[s][j] = 1
+                else:
+                    in_flight[s] -= 1
+            if shared:
+                for s2 in on_dev[s]:
+                    if not busy[sdev[s2]]:
+                        start(s2, now)
+            else:
+                start(s, now)
+        else:
+            if code > 0:
+                f_ready[s][j] = 1
+            else:
+                b_ready[s][j] = 1
+            if not busy[sdev[s]]:
+                start(s, now)
+    done = sum(n_f) == p * m and sum(n_b) == p * m
+    if not done:
+        return float("inf"), orders
+    return end_max, orders
+
+
+def static_policy(orders: Sequence[Sequence[Task]]):
+    """Run fixed per-stage orders: a stage waits until the next task in its order is ready."""
+
+    def choose(state: SchedulerState):
+        s = state.stage
+        order = orders[s]
+        pos = state.started[s]
+        if pos >= len(order):
+            return None
+        phase, j = order[pos]
+        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
+        return order[pos] if ready[s][j] else None
+
+    return choose
+
+
+def greedy_policy(m: int, caps: Sequence[int], head: Sequence[int], tail: Sequence[int], f_first: bool = False):
+    """Greedy list schedule: ready backward first (split iff the microbatch is among the first
+    ``head[s]`` or last ``tail[s]``), then the next forward if the stage holds fewer than
+    ``caps[s]`` activations, then the oldest deferred W. ``f_first`` swaps the first two."""
+    split_mb = []
+    for h, t in zip(head, tail):
+        h = min(h, m)
+        t = min(t, m - h)
+        flags = bytearray(m)
+        for j in list(range(h)) + list(range(m - t, m)):
+            flags[j] = 1
+        split_mb.append((flags, [j for j in range(m) if flags[j]]))
+
+    def choose(state: SchedulerState):
+        s = state.stage
+        nb, nf = state.n_b[s], state.n_f[s]
+        flags, wlist = split_mb[s]
+        b_ok = nb < m and state.b_ready[s][nb]
+        f_ok = nf < m and state.f_ready[s][nf] and state.in_flight[s] < caps[s]
+        if b_ok and not (f_first and f_ok):
+            return ("B" if flags[nb] else "BW", nb)
+        if f_ok:
+            return ("F", nf)
+        nw = state.n_w[s]
+        if nw < len(wlist) and state.w_ready[s][wlist[nw]]:
+            return ("W", wlist[nw])
+        return None
+
+    return choose
+
+
+def one_f_one_b_orders(p: int, m: int) -> list[list[Task]]:
+    out = []
+    for s in range(p):
+        warm = min(p - s - 1, m)
+        order: list[Task] = [("F", j) for j in range(warm)]
+        for i in range(m - warm):
+            order += [("F", warm + i), ("BW", i)]
+        order += [("BW", j) for j in range(m - warm, m)]
+        out.append(order)
+    return out
+
+
+# --------------------------------------------------------------------------- search
+def gpipe_orders(p: int, m: int) -> list[list[Task]]:
+    return [[("F", j) for j in range(m)] + [("BW", j) for j in range(m)] for _ in range(p)]
+
+
+def search(meta: PipelineMeta, caps: Sequence[int], max_passes: int = 2, budget: float = 5e6,
+           per_microbatch: bool = True) -> Plan:
+    """Best schedule found for this pipeline (memoized on the expected times and settings).
+
+    ``budget`` caps the simulated tasks spent (deterministic, so a rerun finds the same plan);
+    the baselines and seeds always run, the descent stops when the budget is spent.
+    ``per_microbatch=False`` restricts every stage to all-fused or all-split (an ablation).
+    """
+    key = (meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w), tuple(meta.bw),
+           tuple(meta.devices), tuple(meta.transfer_ms), tuple(caps), max_passes, budget, per_microbatch)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    p, m = meta.n_stages, meta.n_microbatches
+    evaluated = 0
+
+    def run(policy):
+        nonlocal evaluated
+        evaluated += 1
+        return simulate_policy(meta, policy)[0]
+
+    # The built-ins, as they would run here (1F1B and GPipe only if the cap allows their memory).
+    baselines = {"zero_bubble": run(greedy_policy(m, [min(c, p - s) for s, c in enumerate(caps)], [0] * p, [m] * p))}
+    if all(c >= min(p - s, m) for s, c in enumerate(caps)):
+        baselines["1f1b"] = run(static_policy(one_f_one_b_orders(p, m)))
+    if all(c >= m for c in caps):
+        baselines["gpipe"] = run(static_policy(gpipe_orders(p, m)))
+    best_label = min(baselines, key=baselines.get)
+    best_t, best_x = baselines[best_label], None
+
+    def consider(x) -> float:
+        nonlocal best_t, best_x
+        t = run(greedy_policy(m, caps, *x))
+        if t < best_t - 1e-9:
+            best_t, best_x = t, (list(x[0]), list(x[1]), x[2])
+        return t
+
+    # Seeds: all fused (a greedy 1F1B), split of the last p - s (ZB-H1's deferred W's), all split.
+    seeds = [[0] * p, [m] * p] + ([[min(p - s, m) for s in range(p)]] if per_microbatch else [])
+    starts = []
+    for f_first in (False, True):
+        for tail in seeds:
+            starts.append((consider(([0] * p, tail, f_first)), tail, f_first))
+    cur, tail, f_first = min(starts, key=lambda z: z[0])
+    head, tail = [0] * p, list(tail)
+    # Coordinate descent over (head, tail) per stage, stages with the most slack first (that is
+    # where a split is most likely to be free).
+    totals = [meta.f[s] + meta.bw[s] for s in range(p)]
+    order = sorted(range(p), key=lambda s: totals[s])
+    spent = evaluated * p * m * 3
+    for _ in range(max_passes):
+        improved = False
+        for s in order:
+            if per_microbatch:
+                moves = (("tail", (0, 1, 2, 4, p - s, m)), ("head", (0, 1, 2, p - s)))
+            else:
+                moves = (("tail", (0, m)),)
+            for which, values in moves:
+                vec = tail if which == "tail" else head
+                for v in sorted(set(min(max(x, 0), m) for x in values)):
+                    if v == vec[s] or spent > budget:
+                        continue
+                    old, vec[s] = vec[s], v
+                    t = consider((head, tail, f_first))
+                    spent += p * m * 3
+                    if t < cur - 1e-9:
+                        cur, improved = t, True
+                    else:
+                        vec[s] = old
+        if not improved or spent > budget:
+            break
+
+    if best_x is None:
+        if best_label == "zero_bubble":
+            orders = simulate_policy(meta, greedy_policy(m, [min(c, p - s) for s, c in enumerate(caps)],
+                                                         [0] * p, [m] * p), record=True)[1]
+        else:
+            orders = one_f_one_b_orders(p, m) if best_label == "1f1b" else gpipe_orders(p, m)
+        label = f"built-in {best_label}"
+    else:
+        orders = simulate_policy(meta, greedy_policy(m, caps, *best_x), record=True)[1]
+        label = "searched"
+    plan = Plan(orders, best_t, label, evaluated, baselines, best_x)
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = plan
+    return plan
+
+
+class HeteroSearch(Scheduler):
+    """Searched per-stage, per-microbatch fused-or-split schedule, replayed as a static order."""
+
+    name = "hetero_search"
+
+    def configure(self, meta: PipelineMeta) -> None:
+        super().configure(meta)
+        p = meta.n_stages
+        cap = self.options.get("max_in_flight")
+        extra = int(self.options.get("extra_in_flight", 0))
+        caps = [int(cap) if cap else p - s + extra for s in range(p)]
+        self.plan = search(meta, caps, int(self.options.get("search_passes", 2)),
+                           float(self.options.get("search_budget", 5e6)),
+                           bool(self.options.get("per_microbatch", True)))
+        self.order = self.plan.orders
+        modes = self.plan.modes
+        self.split_backward = modes[0] if len(set(map(str, modes))) == 1 and modes[0] != "either" else modes
+
+    def next_tasks(self, state: SchedulerState) -> list[Task]:
+        s = state.stage
+        order = self.order[s]
+        pos = state.started[s]
+        if pos >= len(order):
+            return []
+        phase, j = order[pos]
+        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
+        return [order[pos]] if ready[s][j] else []
