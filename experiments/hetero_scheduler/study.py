@@ -311,6 +311,8 @@ def charts(rows_by: dict, placement_cases: list[dict], out: Path) -> list[Path]:
     paths.append(p)
 
     # 3. placement
+    if not placement_cases:
+        return paths
     fig, ax = plt.subplots(figsize=(15, 5))
     names = [c["name"] for c in placement_cases]
     x = np.arange(len(names))
@@ -435,7 +437,7 @@ def main(argv=None) -> int:
             "placement": placement_cases, "runtime_s": {"grid": t_grid, "total": t_total, "jobs": args.jobs},
             "provenance": {"git": head, "code_fingerprint": fp_start, "stable": fp_end == fp_start}}
     (args.out / "results_full.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
-    pngs = charts(rows_by, placement_cases, args.out) if placement_cases else []
+    pngs = charts(rows_by, placement_cases, args.out)
 
     sections = {}
     for (g, c), rows in rows_by.items():
