@@ -117,9 +117,9 @@ def list_fixtures(root: str | os.PathLike, split: str, ids=None, *, token: Check
                            f"(splits under {root}: {', '.join(present)})")
     found = {p.name: Fixture(p.name, split, p) for p in sorted(base.iterdir())
              if p.is_dir() and (p / SCENARIO_FILE).is_file()}
-    if not found:  # an empty split would score as a perfect (vacuous) suite
-        raise FixtureError(f"split {split!r} has no fixtures: no {base}/<id>/{SCENARIO_FILE}")
     if ids is None:
+        if not found:  # an empty split would score as a perfect (vacuous) suite
+            raise FixtureError(f"split {split!r} has no fixtures: no {base}/<id>/{SCENARIO_FILE}")
         return list(found.values())
     wanted = list(dict.fromkeys(ids))
     missing = [i for i in wanted if i not in found]
