@@ -40,7 +40,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Sequence
 
-from .base import PipelineMeta, Scheduler, SchedulerState, Task
+from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
 
 _F, _B, _W, _BW = 0, 1, 2, 3
 _CACHE: dict[tuple, "Plan"] = {}
@@ -339,13 +339,13 @@ def search(meta: PipelineMeta, caps: Sequence[int], max_passes: int = 2, budget:
     return plan
 
 
-class HeteroSearch(Scheduler):
+class HeteroSearch(StaticOrderScheduler):
     """Searched per-stage, per-microbatch fused-or-split schedule, replayed as a static order."""
 
     name = "hetero_search"
 
     def configure(self, meta: PipelineMeta) -> None:
-        super().configure(meta)
+        Scheduler.configure(self, meta)  # the orders come from the search, not from stage_order
         p = meta.n_stages
         cap = self.options.get("max_in_flight")
         extra = int(self.options.get("extra_in_flight", 0))
@@ -357,12 +357,3 @@ class HeteroSearch(Scheduler):
         modes = self.plan.modes
         self.split_backward = modes[0] if len(set(map(str, modes))) == 1 and modes[0] != "either" else modes
 
-    def next_tasks(self, state: SchedulerState) -> list[Task]:
-        s = state.stage
-        order = self.order[s]
-        pos = state.started[s]
-        if pos >= len(order):
-            return []
-        phase, j = order[pos]
-        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
-        return [order[pos]] if ready[s][j] else []
