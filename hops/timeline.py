@@ -5,7 +5,6 @@ are computed by the same code and cannot drift apart by definition.
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,12 +89,12 @@ class Timeline:
         return pd.DataFrame({name: getattr(self, name) for name in EVENTS_CSV_HEADER + ("iteration",)})
 
     def write_csv(self, path: str | Path) -> None:
-        """events.csv with the exact contract header; floats at µs resolution so output is byte-stable."""
-        with open(path, "w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(EVENTS_CSV_HEADER)
-            for i in range(len(self)):
-                w.writerow((
-                    self.kind[i], int(self.stage[i]), self.device[i], int(self.microbatch[i]), self.phase[i],
-                    f"{self.start_ms[i]:.6f}", f"{self.end_ms[i]:.6f}", self.src[i], self.dst[i],
-                ))
+        """events.csv with the exact contract header; floats at µs resolution so output is byte-stable.
+
+        Written by pandas in one call (csv-module quoting, "%.6f" floats): the same bytes a
+        row-by-row csv.writer gives, at a fraction of the cost for a million events.
+        """
+        import pandas as pd
+
+        frame = pd.DataFrame({name: getattr(self, name) for name in EVENTS_CSV_HEADER})
+        frame.to_csv(path, index=False, lineterminator="\n", float_format="%.6f", na_rep="nan")
