@@ -258,9 +258,10 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
     dev_over = _parse_device_overrides(overrides, device_ids)
 
     out = top.reader("output")
-    out.check_keys({"dir", "plots", "events", "chrome_trace"})
+    out.check_keys({"dir", "plots", "events", "chrome_trace", "chrome_trace_gz"})
     output = {"dir": out.get("dir", str, None), "plots": out.get("plots", bool, True),
-              "events": out.get("events", bool, True), "chrome_trace": out.get("chrome_trace", bool, True)}
+              "events": out.get("events", bool, True), "chrome_trace": out.get("chrome_trace", bool, True),
+              "chrome_trace_gz": out.get("chrome_trace_gz", bool, False)}
 
     host = pipe.data.get("host_overhead")
     scenario = Scenario(

@@ -5,6 +5,8 @@ are computed by the same code and cannot drift apart by definition.
 """
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,10 +93,27 @@ class Timeline:
     def write_csv(self, path: str | Path) -> None:
         """events.csv with the exact contract header; floats at µs resolution so output is byte-stable.
 
-        Written by pandas in one call (csv-module quoting, "%.6f" floats): the same bytes a
-        row-by-row csv.writer gives, at a fraction of the cost for a million events.
+        One formatting pass over whole columns instead of a csv.writer call per row, with the
+        csv module's quoting applied once per distinct string: the same bytes, several times faster.
         """
-        import pandas as pd
+        quoted: dict[str, str] = {}
 
-        frame = pd.DataFrame({name: getattr(self, name) for name in EVENTS_CSV_HEADER})
-        frame.to_csv(path, index=False, lineterminator="\n", float_format="%.6f", na_rep="nan")
+        def q(column: np.ndarray) -> list[str]:
+            values = column.tolist()
+            for v in set(values) - quoted.keys():
+                quoted[v] = _csv_field(v)
+            return [quoted[v] for v in values]
+
+        cols = (q(self.kind), self.stage.tolist(), q(self.device), self.microbatch.tolist(), q(self.phase),
+                self.start_ms.tolist(), self.end_ms.tolist(), q(self.src), q(self.dst))
+        rows = map("%s,%d,%s,%d,%s,%.6f,%.6f,%s,%s\n".__mod__, zip(*cols))
+        with open(path, "w", newline="") as fh:
+            fh.write(",".join(EVENTS_CSV_HEADER) + "\n")
+            fh.writelines(rows)
+
+
+def _csv_field(value: str) -> str:
+    """One field exactly as csv.writer (QUOTE_MINIMAL) writes it inside a row."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow((value, ""))
+    return buf.getvalue()[:-2]
