@@ -124,6 +124,67 @@ def test_chrome_trace_is_deterministic(tmp_path):
     assert a == b
 
 
+def test_back_to_back_events_share_one_lane_per_stage_and_link(tmp_path):
+    """A simulated 1F1B run: every event starts where the previous one on its track ended.
+
+    Separately rounded ts and dur used to make such neighbours overlap by 1 ns, which
+    opened a spurious "#2" lane for every stage.
+    """
+    from hops import simulate
+
+    doc = {"simulation": {"batches": 2, "microbatches": 16, "seed": 3},
+           "pipeline": {"schedule": "1f1b", "compute_jitter": 0.05,
+                        "stages": [{"device": f"g{i}", "weights_mb": 100,
+                                    "compute": {"mode": "analytical", "tflop": 0.06, "memory_mb": 33}}
+                                   for i in range(4)]},
+           "hardware": {"devices": [{"id": f"g{i}", "gpu": "h100", "node": f"n{i}"} for i in range(4)],
+                        "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}}}
+    tl = simulate(doc).timeline
+    events = load_trace(write_chrome_trace(tl, tmp_path / "trace.json"))
+    transfer = tl.kind == "transfer"
+    links = {f"{a}->{b}" for a, b in zip(tl.src[transfer], tl.dst[transfer])}
+    names = sorted(thread_names(events).values())
+    assert len(names) == tl.n_stages + len(links), names
+    assert not [n for n in names if "#" in n]
+    # and the slices still tile each track exactly: ts + dur of one is the next one's ts
+    by_thread: dict[tuple, list] = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_thread.values():
+        spans.sort()
+        assert all(round(prev[1], 3) <= nxt[0] for prev, nxt in zip(spans, spans[1:]))
+
+
+def test_chrome_trace_gz_is_the_same_trace_compressed(tmp_path):
+    import gzip
+
+    tl = gpipe_timeline(6, 10)
+    plain = write_chrome_trace(tl, tmp_path / "trace.json").read_bytes()
+    packed = write_chrome_trace(tl, tmp_path / "trace.json.gz").read_bytes()
+    assert packed[:2] == b"\x1f\x8b" and gzip.decompress(packed) == plain
+    assert len(packed) < len(plain) / 4
+    again = write_chrome_trace(tl, tmp_path / "again.json.gz").read_bytes()
+    assert again == packed, "no timestamp or file name in the gzip header: same trace, same bytes"
+
+
+def test_chrome_trace_slices_match_the_timeline(tmp_path):
+    """Every event appears once with its own times (µs, exact to the ns), phase and ids."""
+    tl = gpipe_timeline(3, 5)
+    xs = [e for e in load_trace(write_chrome_trace(tl, tmp_path / "t.json")) if e["ph"] == "X"]
+    t0 = float(tl.start_ms.min())
+    assert [e["ts"] for e in xs] == [round((s - t0) * 1000, 3) for s in tl.start_ms.tolist()]
+    assert [e["dur"] for e in xs] == pytest.approx([(e - s) * 1000 for s, e in zip(tl.start_ms, tl.end_ms)],
+                                                   abs=1e-3)
+    assert [(e["args"]["microbatch"], e["args"]["stage"], e["cat"]) for e in xs] == \
+        list(zip(tl.microbatch.tolist(), tl.stage.tolist(), tl.kind.tolist()))
+    for e, src, dst in zip(xs, tl.src.tolist(), tl.dst.tolist()):
+        if e["cat"] == "transfer":
+            assert (e["args"]["src"], e["args"]["dst"]) == (src, dst)
+        else:
+            assert "src" not in e["args"]
+
+
 def test_overlapping_events_get_their_own_lane(tmp_path):
     """Perfetto mis-draws overlapping slices on one thread; they must be split into lanes."""
     rows = {c: [] for c in COLUMNS}
