@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -110,29 +109,6 @@ def _evaluate(fixture: Fixture, variants: tuple[str, ...], overrides, seed, cach
         raise
     except HopsError as exc:
         raise FixtureEvaluationError(f"{fixture.id}: {exc}") from None
-
-
-# --------------------------------------------------------------------------- progress
-class _Progress:
-    """A one-line bar on stderr, only when a human is watching (interactive terminal)."""
-
-    def __init__(self, total: int, label: str, enabled: bool):
-        self.total, self.label, self.enabled, self.done = total, label, enabled and total > 0, 0
-
-    def step(self, what: str) -> None:
-        if not self.enabled:
-            return
-        self.done += 1
-        width = 30
-        filled = int(width * self.done / self.total)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                         f"{what[:40]:<40}")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + " " * 100 + "\r")
-            sys.stderr.flush()
 
 
 # --------------------------------------------------------------------------- report
@@ -244,7 +220,11 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
     catalog = _catalog(overrides)  # a bad --set path fails here, before any work
     fixtures = list_fixtures(resolve_root(root), split, list(ids) if ids is not None else None, token=token)
     keys = [trace_key(f) for f in fixtures]
-    bar = _Progress(len(fixtures), f"validate {split}", progress)
+    from tqdm import tqdm
+
+    # on stderr, only when asked (the CLI asks when a human watches) and only past 2 s
+    bar = tqdm(total=len(fixtures), desc=f"validate {split}", unit="fixture", disable=not progress, delay=2.0,
+               leave=False)
     results: dict[int, list[dict]] = {}
 
     def collect(i: int, rows: list[dict], measured: Measured) -> None:
@@ -252,7 +232,8 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
         if len(_MEMO) >= _MEMO_LIMIT:
             _MEMO.pop(next(iter(_MEMO)))
         _MEMO[keys[i]] = measured
-        bar.step(fixtures[i].id)
+        bar.set_postfix_str(fixtures[i].id, refresh=False)
+        bar.update()
 
     args = (names, overrides, seed, cache_dir, token)
     try:

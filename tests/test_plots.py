@@ -258,3 +258,58 @@ def test_importing_plots_does_not_import_matplotlib():
     code = ("import sys, hops.timeline, hops.metrics, hops.plots, hops.chrome_trace; "
             "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ---------------------------------------------------------------- dashboard contents
+def drawn_figure(monkeypatch, summary, tl, tmp_path, **kw):
+    """Render the dashboard and return the matplotlib Figure it saved."""
+    from matplotlib.figure import Figure
+
+    from hops.plots import plot_dashboard
+
+    seen = []
+    orig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (seen.append(self), orig(self, *a, **k))[1])
+    assert_png(plot_dashboard(summary, tl, tmp_path / "d.png", **kw))
+    return seen[0]
+
+
+def titles(fig) -> list[str]:
+    return [ax.get_title(loc="left") for ax in fig.axes]
+
+
+def test_dashboard_title_names_scenario_and_schedule(monkeypatch, tmp_path):
+    tl = gpipe_timeline(3, 6)
+    s = full_summary(tl)
+    s.update(schedule="hops_hetero", scheduler_effective="1f1b",
+             provenance={"scenario": "mixed_pp6", "scenario_file": None})
+    fig = drawn_figure(monkeypatch, s, tl, tmp_path)
+    assert fig.texts[0].get_text().startswith("HOPS mixed_pp6 · hops_hetero (chose 1f1b)")
+    s["provenance"] = {"scenario": None, "scenario_file": "/data/exp2_run97/hops.base.yaml"}
+    fig = drawn_figure(monkeypatch, s, tl, tmp_path)
+    assert fig.texts[0].get_text().startswith("HOPS exp2_run97 · hops_hetero (chose 1f1b)")
+
+
+def test_link_contention_panels_dropped_when_nothing_waited(monkeypatch, tmp_path):
+    tl = gpipe_timeline(3, 6)
+    s = full_summary(tl)
+    assert {"Contended transfers", "Wait for link (total)"} <= set(titles(drawn_figure(monkeypatch, s, tl, tmp_path)))
+    s["link_contention"] = {k: {"transfers": 10, "contended": 0, "wait_ms": 0.0} for k in s["link_contention"]}
+    fig = drawn_figure(monkeypatch, s, tl, tmp_path)
+    assert "Contended transfers" not in titles(fig) and "Wait for link (total)" not in titles(fig)
+    (panel,) = [ax for ax in fig.axes if ax.get_title(loc="left") == "Link contention"]
+    assert any("no link contention: all 40 transfers" in t.get_text() for t in panel.texts)
+
+
+def test_memory_bars_show_the_capacity_line(monkeypatch, tmp_path):
+    tl = gpipe_timeline(3, 6)
+    s = full_summary(tl)
+    s["peak_memory_mb"][tl.stage_devices[0]] = 30000.0  # over the 24576 MB capacity
+    fig = drawn_figure(monkeypatch, s, tl, tmp_path)
+    (ax,) = [a for a in fig.axes if a.get_title(loc="left") == "Peak memory vs capacity"]
+    from matplotlib.collections import LineCollection
+
+    lines = [c for c in ax.collections if isinstance(c, LineCollection)]
+    xs = sorted({round(float(seg[0][0]), 3) for c in lines for seg in c.get_segments()})
+    assert xs == [24.576], "a capacity line at 24.576 GB on every row"
+    assert ax.get_xlim()[1] > 30.0, "the over-capacity bar is not clipped"
