@@ -28,7 +28,6 @@ from .errors import HopsError
 from .outputs import schedule_text
 
 
-
 def _conf_dir() -> Path:
     """The Hydra config tree: the copy a wheel ships as hops/conf, else the checkout's conf/."""
     here = Path(__file__).resolve().parent

@@ -10,6 +10,7 @@ any checkout.
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -26,7 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def wheel_env(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w",
+    # setuptools builds in the source tree (build/, *.egg-info): build from a copy, not the checkout
+    src = base / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", "mlruns", "build", "*.egg-info", "outputs",
+                                                             "multirun", "fixtures", "__pycache__", ".*cache"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w",
                             str(base / "dist")], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
     (wheel,) = (base / "dist").glob("hops-*.whl")
