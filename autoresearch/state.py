@@ -8,7 +8,8 @@ has no golden file of its own. In order of precedence it is
    which sets ``HOPS_AUTORESEARCH_STATE`` for this process and its workers;
 2. ``HOPS_AUTORESEARCH_STATE`` (tests and what-if sessions use it to keep the repo's
    copies untouched);
-3. the package directory itself when it holds state (a source checkout / editable install);
+3. the package directory itself when it runs from a source checkout (editable install):
+   its own state, or where a fresh clone bootstraps it;
 4. ``autoresearch/`` of the checkout containing the working directory (a wheel used from
    inside a clone).
 
@@ -56,7 +57,7 @@ def state_dir() -> Path:
     explicit = os.environ.get(ENV)
     if explicit:
         return Path(explicit)
-    if _has_state(PACKAGE):
+    if _has_state(PACKAGE) or _is_checkout():  # a fresh checkout bootstraps its state here
         return PACKAGE
     found = _checkout_state(Path.cwd())
     if found is not None:
@@ -74,9 +75,14 @@ def config_path(name: str) -> Path:
     return own if own.is_file() else PACKAGE / name
 
 
+def _is_checkout() -> bool:
+    """The package runs from its source tree (editable install or PYTHONPATH), not from a wheel."""
+    return (PACKAGE.parent / "pyproject.toml").is_file()
+
+
 def repo_root() -> Path:
     """The checkout the state belongs to (MLflow store under mlruns/, git provenance)."""
-    if (PACKAGE.parent / "pyproject.toml").is_file():
+    if _is_checkout():
         return PACKAGE.parent
     found = _checkout_state(Path.cwd())
     return found.parent if found is not None else Path.cwd()

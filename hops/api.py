@@ -21,6 +21,7 @@ class Result:
     summary: dict
     timeline: Timeline
     extras: dict = field(default_factory=dict)
+    source: str | None = None  # the scenario file simulate() read, if it read one
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """summary.json and events.csv (byte-identical for the same scenario and seed).
@@ -38,6 +39,9 @@ class Result:
 
     def write_summary(self, out_dir: str | Path) -> Path:
         """summary.json, keys in natural order (h100_2 before h100_10), fsynced: the completion marker."""
+        prov = self.summary.get("provenance")
+        if isinstance(prov, dict) and self.source and not prov.get("scenario_file"):
+            prov["scenario_file"] = self.source
         return outputs.write_text(Path(out_dir) / outputs.SUMMARY, outputs.summary_json(self.summary), sync=True)
 
 
@@ -62,9 +66,8 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "model_fingerprint": catalog.fingerprint(),
     })
     summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"]))
-    summary["provenance"] = {**code_provenance(),
-                             "scenario_file": str(Path(scenario).resolve()) if isinstance(scenario, (str, Path))
-                             else None}
+    # the same for a dict, an OmegaConf config or a file; write_summary() adds the file it came from
+    summary["provenance"] = {**code_provenance(), "scenario": None, "scenario_file": None}
     extras = dict(res.extras)
     if sc.failure is not None:
         extras["horizon"] = horizon = run_horizon(sc, topo, catalog, summary, seed)
@@ -72,7 +75,8 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
 
         summary["failures"] = summary_block(horizon)
         summary["stragglers"] = {d: f for d, f in sorted(res.extras["stragglers"].items()) if f != 1.0}
-    return Result(sc, summary, res.timeline, extras)
+    source = str(Path(scenario).resolve()) if isinstance(scenario, (str, Path)) else None
+    return Result(sc, summary, res.timeline, extras, source=source)
 
 
 @functools.lru_cache(maxsize=1)

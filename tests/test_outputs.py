@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hops import simulate
 from hops.outputs import natural_key
@@ -89,9 +90,10 @@ def test_summary_lists_devices_in_natural_order(tmp_path):
     assert sorted(["h100_10", "h100_2", "a10g_1"], key=natural_key) == ["a10g_1", "h100_2", "h100_10"]
 
 
-def test_summary_carries_its_provenance():
+def test_summary_carries_its_provenance(tmp_path):
     path = REPO / "conf" / "scenario" / "h100_pair.yaml"
-    prov = simulate(path).summary["provenance"]
+    simulate(path).write(tmp_path)
+    prov = json.loads((tmp_path / "summary.json").read_text())["provenance"]
     assert prov["scenario_file"] == str(path)
     from importlib.metadata import version
 
@@ -100,6 +102,8 @@ def test_summary_carries_its_provenance():
     if head.returncode == 0:  # a checkout (CI clones one)
         assert prov["git_commit"] == head.stdout.strip()
     assert simulate(small_scenario()).summary["provenance"]["scenario_file"] is None
+    assert simulate(path).summary == simulate(yaml.safe_load(path.read_text())).summary, \
+        "in memory, a file and the same dict give the same summary"
 
 
 # --------------------------------------------------------------------------- kill safety
