@@ -189,7 +189,9 @@ def replay_scenario(fixture: Fixture, fit: ReplayFit, catalog: Catalog) -> dict:
     # The fitted dead time already contains the iteration-end collectives the model would add.
     pipe.setdefault("model", {})["tied_embeddings"] = False
     if fit.host_overhead is not None:
-        pipe["host_overhead"] = fit.host_overhead.as_doc()
+        # its mean, not draws from a fitted lognormal: over a few simulated iterations the draws
+        # alone would move the predicted mean by several percent
+        pipe["host_overhead"] = {"kind": "constant", "ms": fit.host_overhead.mean_ms}
     else:
         pipe.pop("host_overhead", None)
     if fit.transfers:
