@@ -187,7 +187,10 @@ def parse_distribution(data: Any, path: str, source: str | None) -> Distribution
 def load_document(source: Any) -> tuple[dict, str | None]:
     """Accept a path, a dict or an OmegaConf config; return a plain dict and its source name."""
     if isinstance(source, (str, Path)):
+        from .traces.guard import check_path
+
         path = Path(source)
+        check_path(path)  # a held-out fixture's hops.base.yaml (hops.simulate, hops.run) is not read
         if not path.is_file():
             raise ScenarioError("scenario", f"file not found: {path}")
         try:
