@@ -321,9 +321,12 @@ def _parse_devices(hw: _Reader, catalog) -> tuple[DeviceSpec, ...]:
 
 
 def _parse_stages(pipe: _Reader, device_ids: set[str], src) -> tuple[Stage, ...]:
+    from .limits import check_stage_count
+
     items = pipe.get("stages", list)
     if not items:
         pipe.fail(pipe.sub("stages"), "expected a non-empty list of stages")
+    check_stage_count(len(items), src)  # before the per-stage parse: a huge list is refused at once
     stages = []
     for i, item in enumerate(items):
         r = _Reader(item, f"{pipe.sub('stages')}[{i}]", src)
