@@ -54,18 +54,24 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not a number")
 
 
+def _finite_float(text: str) -> float:
+    val = float(text)
+    if not math.isfinite(val):
+        raise ValueError(f"{text} overflows to {val}, expected a finite number")
+    return val
+
+
+# One decoder for every line (building one per json.loads call was a third of the parse time).
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def strict_json(text: str, where: str, what: str):
-    """json.loads without NaN/Infinity (not JSON) and without overflow to inf (``1e400``)."""
+    """JSON without NaN/Infinity (not JSON at all) and without overflow to inf (``1e400``)."""
     try:
-        rec = json.loads(text, parse_constant=_reject_constant)
+        return _STRICT.decode(text)
     except ValueError as exc:
         detail = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise TraceError(f"{where}: invalid JSON ({detail}), expected {what}") from None
-    if isinstance(rec, dict):
-        for key, val in rec.items():
-            if isinstance(val, float) and not math.isfinite(val):
-                raise TraceError(f"{where}: field {key!r} is {val}, expected a finite number")
-    return rec
 
 
 def json_lines(path: Path, what: str, event_keys=EVENT_KEYS):
@@ -94,7 +100,9 @@ def json_lines(path: Path, what: str, event_keys=EVENT_KEYS):
                                  f"expected UTF-8 text with one JSON object per line") from None
             if lineno == 1:
                 line = line.removeprefix("\ufeff")
-            text = LAUNCHER_PREFIX.sub("", line, count=1).strip()
+            text = line.strip()
+            if text.startswith("["):
+                text = LAUNCHER_PREFIX.sub("", text, count=1).strip()
             if not text.startswith("{"):
                 if any(key in text for key in event_keys):
                     raise TraceError(f"{where}: an event behind an unrecognised prefix ({text[:40]!r}...), "
