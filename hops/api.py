@@ -9,7 +9,6 @@ from typing import Any
 from . import engine
 from .compute import stage_layers
 from .hardware import Catalog, Topology
-from .limits import check_scale
 from .metrics import summarize
 from .scenario import Scenario, load_scenario
 from .timeline import Timeline
@@ -38,7 +37,6 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
     """Simulate a scenario (dict, OmegaConf config, path or Scenario) with the given seed."""
     catalog = catalog or Catalog.load()
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, catalog)
-    check_scale(sc)
     seed = sc.seed if seed is None else int(seed)
     topo = Topology(sc, catalog)
     res = engine.run(sc, catalog, seed, topology=topo)

@@ -320,13 +320,18 @@ def _parse_devices(hw: _Reader, catalog) -> tuple[DeviceSpec, ...]:
     return tuple(devices)
 
 
-def _parse_stages(pipe: _Reader, device_ids: set[str], src) -> tuple[Stage, ...]:
-    from .limits import check_stage_count
+def _check_depth(pipe: _Reader, n: int) -> None:
+    from .engine import MAX_STAGES
 
+    if n > MAX_STAGES:
+        pipe.fail(pipe.sub("stages"), f"{n} stages; the engine runs at most {MAX_STAGES} (benchmarks/scale_bench.py)")
+
+
+def _parse_stages(pipe: _Reader, device_ids: set[str], src) -> tuple[Stage, ...]:
     items = pipe.get("stages", list)
     if not items:
         pipe.fail(pipe.sub("stages"), "expected a non-empty list of stages")
-    check_stage_count(len(items), src)  # before the per-stage parse: a huge list is refused at once
+    _check_depth(pipe, len(items))  # before the per-stage parse: a huge list is refused at once
     stages = []
     for i, item in enumerate(items):
         r = _Reader(item, f"{pipe.sub('stages')}[{i}]", src)

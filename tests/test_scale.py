@@ -12,7 +12,7 @@ import pytest
 
 import hops
 from hops.errors import ScenarioError
-from hops.limits import MAX_STAGES
+from hops.engine import MAX_STAGES
 from hops.metrics import summarize
 from hops.timeline import Timeline
 
@@ -64,13 +64,13 @@ def test_a_pipeline_above_the_ceiling_is_refused_before_its_stages_are_parsed():
     with pytest.raises(ScenarioError) as err:
         hops.load_scenario(doc)
     msg = str(err.value)
-    assert msg.startswith("pipeline.stages: ") and f"ceiling of {MAX_STAGES}" in msg and "\n" not in msg
+    assert msg.startswith("pipeline.stages: ") and f"at most {MAX_STAGES}" in msg and "\n" not in msg
 
 
 def test_simulate_refuses_a_too_deep_scenario_built_in_code():
     sc = hops.load_scenario(pipeline(2, 1))
     deep = dataclasses.replace(sc, stages=sc.stages * ((MAX_STAGES // 2) + 1))
-    with pytest.raises(ScenarioError, match="above the ceiling"):
+    with pytest.raises(ScenarioError, match=f"at most {MAX_STAGES}"):
         hops.simulate(deep)
 
 
