@@ -1,10 +1,14 @@
 """The held-out split guard, kept in the core so the importer can enforce it.
 
 Numbers measured on the test split are honest only while no modeling,
-calibration or search code has ever read it. The guard therefore sits at the
-two doors such code goes through: listing a split (autoresearch) and parsing a
-trace (``hops.traces.load_trace``). It lives here, not in autoresearch, so the
-simulator core can refuse a test trace without importing the calibration loop.
+calibration or search code has ever read it. The guard therefore sits at every
+door such code goes through, and answers before the door opens (from path names
+and ``stat`` only, nothing under the test split is opened, listed or hashed):
+naming a split (``check_split``: ``test``, ``./test``, ``train/../test``) and
+reading any path of a fixture (``check_path``: as given, normalised, and with
+symlinks resolved), which ``list_fixtures``, the trace and link-bench importers,
+``predict`` and scenario loading all call. It lives here, not in autoresearch,
+so the simulator core can refuse a test trace without importing the calibration loop.
 
 The only way through is a :class:`CheckpointToken`, which is minted by
 :func:`issue_checkpoint_token` for the human-confirmed checkpoint command.

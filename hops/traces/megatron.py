@@ -86,7 +86,6 @@ def json_lines(path: Path, what: str, event_keys=EVENT_KEYS):
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc}), expected a readable {what} file") from None
     with fh:
-        raw = b""
         n_lines = 0
         for lineno, raw in enumerate(fh, 1):
             n_lines = lineno
@@ -226,8 +225,8 @@ def _check_complete(events: list[dict], devices: tuple[str, ...]) -> None:
             files.setdefault(e["stage"], set()).add(e["_file"].name)
     for s, dev in enumerate(devices):
         if s not in files:
-            raise TraceError(f"stage {s} ({dev}) has no compute events in any rank file, expected every stage "
-                             f"of hops_trace_map.json to be traced (rank file missing?)")
+            raise TraceError(f"{events[0]['_file'].parent}: stage {s} ({dev}) has no compute events in any rank "
+                             f"file, expected every stage of hops_trace_map.json to be traced (rank file missing?)")
         where = ", ".join(sorted(files[s]))
         for it in iterations:
             for ph, name in (("F", "forward"), ("B", "backward")):
