@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,25 @@ class Result:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"summary": out / "summary.json"}
-        paths["summary"].write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
+        paths["summary"].write_text(strict_json(self.summary))
         if self.scenario.output.get("events", True):
             paths["events"] = out / "events.csv"
             self.timeline.write_csv(paths["events"])
         return paths
+
+
+def strict_json(obj) -> str:
+    """JSON that every parser reads: a NaN or infinite number (an empty window, say) becomes null."""
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(obj), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None = None) -> Result:

@@ -53,9 +53,19 @@ def task(cfg) -> float:
         doc, name = scenario_document(cfg, hc)
         catalog = load_catalog(cfg)
 
-        from . import simulate
+        import warnings
 
-        result = simulate(doc, catalog=catalog)
+        from . import simulate
+        from .scenario import LegacyScenarioWarning
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LegacyScenarioWarning)
+            result = simulate(doc, catalog=catalog)
+        for w in caught:  # legacy-field notes: one line each (docs/legacy_scenarios.md)
+            if issubclass(w.category, LegacyScenarioWarning):
+                print(f"note: {w.message}", file=sys.stderr)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     except HopsError as exc:
         src = cfg.get("scenario_file")
         if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
@@ -190,6 +200,14 @@ def write_outputs(result, run_dir: Path, title: str | None = None,
         from .chrome_trace import write_chrome_trace
 
         paths["trace"] = Path(write_chrome_trace(result.timeline, run_dir / "trace.json"))
+    for key, rel in (out.get("paths") or {}).items():  # output.paths (legacy output.timeline, ...)
+        if key in paths:
+            import shutil
+
+            dest = run_dir / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(paths[key], dest)
+            paths[f"{key} (output.paths)"] = dest
     if out.get("dir"):
         print(f"note: output.dir={out['dir']} is ignored by hops.run; outputs go to Hydra's run dir "
               f"(set hydra.run.dir=DIR)", file=sys.stderr)
@@ -300,6 +318,8 @@ def user_error_message(exc: BaseException) -> str | None:
     """One line for an error caused by the user's input; None for anything else (a bug)."""
     if isinstance(exc, HopsError):
         return str(exc)
+    if isinstance(exc, OSError) and exc.filename:  # e.g. an unwritable hydra.run.dir
+        return f"cannot write {exc.filename}: {exc.strerror or exc} (choose another hydra.run.dir / hydra.sweep.dir)"
     try:
         from hydra.errors import HydraException, MissingConfigException, OverrideParseException
         from omegaconf.errors import OmegaConfBaseException

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic_core import PydanticCustomError
 
 from .fields import (MAX_COUNT, MAX_HORIZON_HOURS, Bool, DictOf, Int, ListOf, Num, Section, Str, check_number,
                      fail, show)
@@ -25,12 +26,18 @@ def _mtbf(v: Any):
     if isinstance(v, Mapping):
         if not v:
             raise fail("expected a non-empty mapping of device id / gpu type -> hours")
-        return v
+        out = {}
+        for key, hours in v.items():
+            try:
+                out[str(key)] = check_number(hours, gt=0)
+            except PydanticCustomError as exc:  # re-raised naming the key
+                raise fail(exc.context["msg"], key=str(key)) from None
+        return out
     return check_number(v, gt=0)
 
 
 _HOURS_SCHEMA = {"type": "number", "exclusiveMinimum": 0}
-Mtbf = Annotated[Union[float, str, DictOf(Hours)], BeforeValidator(_mtbf), WithJsonSchema({
+Mtbf = Annotated[Any, BeforeValidator(_mtbf), WithJsonSchema({
     "description": "MTBF per device in hours: a number, 'preset' (the hardware preset's mtbf_hours), or a "
                    "mapping {default: h, <gpu type>: h, <device id>: h}",
     "anyOf": [_HOURS_SCHEMA, {"const": "preset"},
@@ -49,8 +56,8 @@ class _Distributed(Section):
 
 
 class DevicesModel(_Distributed):
-    count: Int(ge=1, le=MAX_COUNT) | None = None
-    per_node: Int(ge=1, le=MAX_COUNT) = 8
+    count: Int(ge=1, cap=MAX_COUNT) | None = None
+    per_node: Int(ge=1, cap=MAX_COUNT) = 8
     mtbf_hours: Mtbf | None = None
 
 
@@ -70,7 +77,7 @@ class ComponentModel(_Distributed):
 
 
 class PlannedModel(Section):
-    count: Int(ge=0, le=MAX_COUNT) | None = None
+    count: Int(ge=0, cap=MAX_COUNT) | None = None
     interval_hours: Num(gt=0) | None = None
     extra_minutes: Num(ge=0) = 0.0
 
@@ -88,7 +95,7 @@ class DegradationModel(Section):
 
 
 class LinksModel(Section):
-    count: Int(ge=1, le=MAX_COUNT) | None = None
+    count: Int(ge=1, cap=MAX_COUNT) | None = None
     mtbf_hours: Num(gt=0) | None = None
     repair_minutes: Num(ge=0) = 30.0
     degradation: DegradationModel = Field(default_factory=DegradationModel)
@@ -130,7 +137,7 @@ class CheckpointModel(Section):
     restart_minutes: Num(ge=0) = 10.0
     detection_minutes: Num(ge=0) = 5.0
     replace_minutes: Num(ge=0) = 0.0
-    hot_spares: Int(ge=0, le=MAX_COUNT) = 0
+    hot_spares: Int(ge=0, cap=MAX_COUNT) = 0
     spare_repair_hours: Num(gt=0) = 24.0
 
 
@@ -138,7 +145,7 @@ class FailureModel(Section):
     """Device, component, link and planned interruptions, stragglers, checkpoint/restart costs."""
 
     enabled: Bool = True
-    horizon_hours: Num(gt=0, le=MAX_HORIZON_HOURS) = 168.0
+    horizon_hours: Num(gt=0, cap=MAX_HORIZON_HOURS) = 168.0
     devices: DevicesModel = Field(default_factory=DevicesModel)
     components: ListOf(ComponentModel) = Field(default_factory=list)
     planned: PlannedModel = Field(default_factory=PlannedModel)

@@ -62,7 +62,7 @@ def _bounds_schema(gt, ge, lt, le) -> dict:
     return out
 
 
-def check_number(v: Any, *, gt=None, ge=None, lt=None, le=None, integer=False):
+def check_number(v: Any, *, gt=None, ge=None, lt=None, le=None, integer=False, cap=None):
     what = "an integer" if integer else "a number"
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise fail(f"expected {what}, got {show(v)}")
@@ -77,24 +77,27 @@ def check_number(v: Any, *, gt=None, ge=None, lt=None, le=None, integer=False):
     if ((gt is not None and not v > gt) or (ge is not None and not v >= ge)
             or (lt is not None and not v < lt) or (le is not None and not v <= le)):
         raise fail(f"got {v!r}; expected {_range_text(gt, ge, lt, le, 'a number')}")
+    if cap is not None and v > cap:
+        raise fail(f"got {v:g}; expected at most {cap:,g} (HOPS's size bound, see docs/legacy_scenarios.md#bounds)")
     return v
 
 
-def Num(*, gt=None, ge=None, lt=None, le=None, description: str | None = None):
-    """A finite float (ints accepted), optionally bounded."""
-    schema = {"type": "number", **_bounds_schema(gt, ge, lt, le)}
+def Num(*, gt=None, ge=None, lt=None, le=None, cap=None, description: str | None = None):
+    """A finite float (ints accepted), optionally bounded; `cap` is a size bound."""
+    schema = {"type": "number", **_bounds_schema(gt, ge, lt, le if cap is None else cap)}
     if description:
         schema["description"] = description
-    return Annotated[float, BeforeValidator(lambda v: check_number(v, gt=gt, ge=ge, lt=lt, le=le)),
+    return Annotated[float, BeforeValidator(lambda v: check_number(v, gt=gt, ge=ge, lt=lt, le=le, cap=cap)),
                      WithJsonSchema(schema)]
 
 
-def Int(*, gt=None, ge=None, lt=None, le=None, description: str | None = None):
-    """An integer (integral floats accepted: YAML 1e3 is a float), optionally bounded."""
-    schema = {"type": "integer", **_bounds_schema(gt, ge, lt, le)}
+def Int(*, gt=None, ge=None, lt=None, le=None, cap=None, description: str | None = None):
+    """An integer (integral floats accepted: YAML 1e3 is a float), optionally bounded; `cap` is a size bound."""
+    schema = {"type": "integer", **_bounds_schema(gt, ge, lt, le if cap is None else cap)}
     if description:
         schema["description"] = description
-    return Annotated[int, BeforeValidator(lambda v: check_number(v, gt=gt, ge=ge, lt=lt, le=le, integer=True)),
+    return Annotated[int, BeforeValidator(lambda v: check_number(v, gt=gt, ge=ge, lt=lt, le=le, integer=True,
+                                                                 cap=cap)),
                      WithJsonSchema(schema)]
 
 

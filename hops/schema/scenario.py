@@ -110,9 +110,9 @@ class BackwardSplitModel(Section):
 
 
 class ModelShape(Section):
-    hidden_dim: Int(gt=0, le=MAX_MODEL_DIM) | None = None
-    seq_len: Int(gt=0, le=MAX_MODEL_DIM) | None = None
-    vocab_size: Int(gt=0, le=MAX_MODEL_DIM) | None = None
+    hidden_dim: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
+    seq_len: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
+    vocab_size: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
     tied_embeddings: Bool | None = None
 
 
@@ -125,10 +125,10 @@ def _nonempty(what: str):
 
 
 class SimulationModel(Section):
-    batches: Int(gt=0, le=MAX_BATCHES, description="iterations (optimizer steps) to simulate") = 1
-    microbatches: Int(gt=0, le=MAX_MICROBATCHES, description="microbatches per iteration")
-    seed: Int(ge=0, lt=2**63) = 0
-    micro_batch_size: Int(gt=0, le=MAX_COUNT) = 1
+    batches: Int(gt=0, cap=MAX_BATCHES, description="iterations (optimizer steps) to simulate") = 1
+    microbatches: Int(gt=0, cap=MAX_MICROBATCHES, description="microbatches per iteration")
+    seed: Int(ge=0, cap=2**63 - 1) = 0
+    micro_batch_size: Int(gt=0, cap=MAX_COUNT) = 1
 
 
 class PipelineModel(Section):
@@ -190,7 +190,7 @@ StepMs = Annotated[Any, BeforeValidator(_step_ms), WithJsonSchema({
 
 
 class DataParallelModel(Section):
-    degree: Int(gt=0, le=MAX_COUNT) = 1
+    degree: Int(gt=0, cap=MAX_COUNT) = 1
     algorithm: Str(("ring", "naive")) = "ring"
     interconnect: Str(description="an interconnect preset") | None = None
 
