@@ -411,3 +411,15 @@ def test_existing_messages_keep_their_field_and_expectation():
         with pytest.raises(hops.ScenarioError) as err:
             load_scenario(mutate(fn))
         assert str(err.value).startswith(expected), str(err.value)
+
+
+def test_a_non_utf8_fixture_scenario_is_one_line(fixtures_root, tmp_path):
+    import shutil
+
+    src = fixtures_root / "train" / "cluster_results" / "exp2_13_a10g_pair_pp2_run135"
+    dst = tmp_path / "fx" / "train" / "cluster_results" / src.name
+    shutil.copytree(src, dst)  # a temporary copy, outside the repo
+    with open(dst / "hops.base.yaml", "ab") as fh:
+        fh.write("# caf\u00e9\n".encode("latin-1"))
+    proc = cli("autoresearch", "validate", "--split", "train", "--fixtures", str(tmp_path / "fx"))
+    one_line_exit_2(proc, "hops.base.yaml: cannot read scenario")
