@@ -62,7 +62,13 @@ def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
         if "=" not in item:
             raise CatalogError(f"override {item!r}: expected KEY=VALUE, e.g. model.k_floor_ms=1.2")
         key, raw = item.split("=", 1)
-        out.append((key.strip(), yaml.safe_load(raw)))
+        value = yaml.safe_load(raw)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string; a number was meant
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out.append((key.strip(), value))
     return out
 
 

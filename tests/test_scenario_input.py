@@ -423,3 +423,10 @@ def test_a_non_utf8_fixture_scenario_is_one_line(fixtures_root, tmp_path):
         fh.write("# caf\u00e9\n".encode("latin-1"))
     proc = cli("autoresearch", "validate", "--split", "train", "--fixtures", str(tmp_path / "fx"))
     one_line_exit_2(proc, "hops.base.yaml: cannot read scenario")
+
+
+def test_a_set_value_in_exponent_notation_is_a_number():
+    # YAML 1.1 reads "1e-3" (no dot) as a string; the what-if meant the number
+    assert Catalog.load(["model.k_floor_ms=1e-3"]).model["k_floor_ms"] == 0.001
+    with pytest.raises(CatalogError, match="expected a number, got 'fast'"):
+        Catalog.load(["devices.a10g.memory_bandwidth_gbps=fast"])
