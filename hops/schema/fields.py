@@ -139,7 +139,7 @@ def _check_list(v: Any):
 def _check_dict(v: Any):
     if not isinstance(v, Mapping):
         raise fail(f"expected a mapping, got {show(v)}")
-    return dict(v)
+    return {str(k): x for k, x in v.items()}  # YAML reads `1:` as an int; ids and names are strings
 
 
 def ListOf(item):
