@@ -406,6 +406,9 @@ def test_existing_messages_keep_their_field_and_expectation():
         (lambda s: s["hardware"]["devices"][0].pop("id"), "hardware.devices[0].id: missing; expected a string"),
         (lambda s: s.update(failure={"components": [{"name": "a", "mtbf_hours": 1}, {"name": "a", "mtbf_hours": 1}]}),
          "failure.components[1].name: got 'a'; names must be unique"),
+        # YAML reads `1:` as an int key: still named as the device it does not match
+        (lambda s: s["overrides"].update(devices={1: {"slowdown": 2}}), "overrides.devices.1: unknown device"),
+        (lambda s: s["pipeline"].update(scheduler_options={1: 2}), "pipeline.scheduler_options.1: scheduler '1f1b'"),
     ]
     for fn, expected in cases:
         with pytest.raises(hops.ScenarioError) as err:
