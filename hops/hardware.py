@@ -101,7 +101,8 @@ def _set_dotted(data: dict, path: str, value: Any) -> None:
 # Bounds every catalog value must meet, preset or override: finite, >= 0, and > 0 where the
 # model divides by it or a zero means "no hardware" (k_floor_ms=-5 or bandwidth_gbps=0 would
 # otherwise divide by zero or simulate negative time).
-POSITIVE = {"peak_tflops", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours", "bandwidth_gbps",
+POSITIVE = {"peak_tflops", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours", "bandwidth_gbps", "host_network_gbps",
+            "same_type_allreduce_gbps",
             "compute_time_coefficient", "flops_per_layer_token_coeff", "vocab_size", "bf16", "fp16", "fp32"}
 
 
