@@ -25,6 +25,7 @@ from hops.hardware import Catalog
 from hops.metrics import measured_window
 from hops.timeline import Timeline
 from hops.traces import link_overrides
+from hops.traces.guard import check_fixture_dir
 
 from .fixtures import Fixture
 
@@ -79,7 +80,7 @@ def link_calibrated_scenario(fixture: Fixture) -> dict:
     doc = spec_scenario(fixture)
     over = doc.setdefault("overrides", {}) or {}
     doc["overrides"] = over
-    over["links"] = list(over.get("links") or []) + link_overrides(fixture.path)["links"]
+    over["links"] = list(over.get("links") or []) + link_overrides(fixture.path, fixture.token)["links"]
     return doc
 
 
@@ -201,6 +202,7 @@ def replay_scenario(fixture: Fixture, fit: ReplayFit, catalog: Catalog) -> dict:
 def predict(variant: str, fixture: Fixture, catalog: Catalog, *, seed: int | None = None,
             replay_fit: Callable[[], ReplayFit] | None = None) -> Result:
     """Simulate one variant. `replay_fit` is called only for variants that may use the trace."""
+    check_fixture_dir(fixture.path, fixture.token)  # before the scenario, trace or link bench is read
     v = VARIANTS[check_variants([variant])[0]]
     if v.name == "spec":
         doc = spec_scenario(fixture)

@@ -120,7 +120,10 @@ def load_document(source: Any) -> tuple[dict, str | None]:
     from .schema.document import read_yaml_file
 
     if isinstance(source, (str, Path)):
+        from .traces.guard import check_path
+
         path = Path(source)
+        check_path(path)  # a held-out fixture's hops.base.yaml (hops.simulate, hops.run) is not read
         if not path.is_file():
             raise ScenarioError("scenario", f"file not found: {path}")
         data = read_yaml_file(path)
@@ -150,10 +153,20 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
     data, src = load_document(source)
     catalog = catalog or Catalog.load()
     doc, notes = translate(data, src, catalog)
+    _check_depth(doc, src)  # before the per-stage validation: a huge list is refused at once
     m = validate(doc, src)
     for note in notes:
         warnings.warn(note, LegacyScenarioWarning, stacklevel=2)
     return _build(m, data, tuple(notes), catalog, src)
+
+
+def _check_depth(doc, src) -> None:
+    from .engine import MAX_STAGES
+
+    stages = (doc.get("pipeline") or {}).get("stages") if isinstance(doc.get("pipeline"), Mapping) else None
+    if isinstance(stages, list) and len(stages) > MAX_STAGES:
+        _fail("pipeline.stages", f"{len(stages)} stages; the engine runs at most {MAX_STAGES} "
+                                 f"(benchmarks/scale_bench.py)", src)
 
 
 def _fail(path: str, message: str, src):
