@@ -65,7 +65,7 @@ class Fixture:
         check_path(self.scenario_path, self.token)
         try:
             doc = yaml.safe_load(self.scenario_path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:  # UnicodeDecodeError: not UTF-8
             raise FixtureError(f"{self.scenario_path}: cannot read scenario ({exc})") from None
         if not isinstance(doc, dict):
             raise FixtureError(f"{self.scenario_path}: expected a scenario mapping")

@@ -45,6 +45,11 @@ class Result:
         return outputs.write_text(Path(out_dir) / outputs.SUMMARY, outputs.summary_json(self.summary), sync=True)
 
 
+def strict_json(obj) -> str:
+    """JSON that every parser reads: a NaN or infinite number (an empty window, say) becomes null."""
+    return outputs.summary_json(obj)
+
+
 def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None = None) -> Result:
     """Simulate a scenario (dict, OmegaConf config, path or Scenario) with the given seed."""
     catalog = catalog or Catalog.load()

@@ -118,8 +118,9 @@ class ComputeModel:
                     bw = b + w
             else:
                 f, b, w, bw = (np.full(n, v) for v in (e.f, e.b, e.w, e.bw))
-                if jitter > 0:
-                    f, b, w, bw = (x * lognormal_unit(rng, jitter, n) for x in (f, b, w, bw))
+                cv = jitter if st.compute_jitter is None else st.compute_jitter  # per-stage value wins
+                if cv > 0:
+                    f, b, w, bw = (x * lognormal_unit(rng, cv, n) for x in (f, b, w, bw))
             out.append({"F": f, "B": b, "W": w, "BW": bw})
         return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -37,6 +38,7 @@ class Catalog:
         data = _read_presets(Path(preset_dir))
         for path, value in _normalize_overrides(overrides):
             _set_dotted(data, path, value)
+            _check_value(path, value, f"override {path!r}")
         return cls(**data)
 
     def fingerprint(self) -> str:
@@ -79,7 +81,13 @@ def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
         if "=" not in item:
             raise CatalogError(f"override {item!r}: expected KEY=VALUE, e.g. model.k_floor_ms=1.2")
         key, raw = item.split("=", 1)
-        out.append((key.strip(), yaml.safe_load(raw)))
+        value = yaml.safe_load(raw)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string; a number was meant
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out.append((key.strip(), value))
     return out
 
 
@@ -98,12 +106,37 @@ def _set_dotted(data: dict, path: str, value: Any) -> None:
         known = ", ".join(sorted(node)) if isinstance(node, dict) else "nothing"
         raise CatalogError(f"override {path!r}: unknown key {leaf!r}; known: {known}")
     old = node[leaf]
+    if isinstance(old, dict):
+        raise CatalogError(f"override {path!r}: {path} is a mapping; set one of its values, e.g. "
+                           f"{path}.{next(iter(old))}=...")
     if isinstance(old, (int, float)) and not isinstance(old, bool):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise CatalogError(f"override {path!r}: expected a number, got {value!r}")
     elif isinstance(old, bool) and not isinstance(value, bool):
         raise CatalogError(f"override {path!r}: expected true or false, got {value!r}")
     node[leaf] = value
+
+
+# Bounds every catalog value must meet, preset or override: finite, >= 0, and > 0 where the
+# model divides by it or a zero means "no hardware" (k_floor_ms=-5 or bandwidth_gbps=0 would
+# otherwise divide by zero or simulate negative time).
+POSITIVE = {"peak_tflops", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours", "bandwidth_gbps", "host_network_gbps",
+            "same_type_allreduce_gbps",
+            "compute_time_coefficient", "flops_per_layer_token_coeff", "vocab_size", "bf16", "fp16", "fp32"}
+
+
+def _check_value(path: str, value: Any, where: str) -> None:
+    """`value` (a number or a mapping of them, as set at `path`) within the catalog's bounds."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_value(f"{path}.{k}", v, where)
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    leaf = path.rsplit(".", 1)[-1]
+    positive = leaf in POSITIVE
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise CatalogError(f"{where}: got {value!r}; expected a finite number {'> 0' if positive else '>= 0'}")
 
 
 @dataclass(frozen=True)

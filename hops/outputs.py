@@ -8,6 +8,7 @@ summary.json is written last: a run directory with a summary.json is a complete 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -21,16 +22,19 @@ def natural_key(text: str) -> list:
 
 
 def naturally_ordered(obj):
-    """Mappings with their keys in natural order, recursively (json.dump keeps insertion order)."""
+    """Mappings with their keys in natural order, recursively (json.dump keeps insertion order);
+    a number that is not finite becomes None, so the JSON is strict (no bare NaN or Infinity)."""
     if isinstance(obj, dict):
         return {k: naturally_ordered(obj[k]) for k in sorted(obj, key=natural_key)}
     if isinstance(obj, (list, tuple)):
         return [naturally_ordered(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
     return obj
 
 
 def summary_json(summary: dict) -> str:
-    return json.dumps(naturally_ordered(summary), indent=2) + "\n"
+    return json.dumps(naturally_ordered(summary), indent=2, allow_nan=False) + "\n"
 
 
 def schedule_text(summary: dict) -> str:

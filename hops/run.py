@@ -68,10 +68,20 @@ def task(cfg) -> float:
         doc, name = scenario_document(cfg, hc)
         catalog = load_catalog(cfg)
 
+        import warnings
+
         from . import simulate
+        from .scenario import LegacyScenarioWarning
 
         bar.set_description(f"hops: simulating {_size(doc)}")
-        result = simulate(doc, catalog=catalog)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LegacyScenarioWarning)
+            result = simulate(doc, catalog=catalog)
+        for w in caught:  # legacy-field notes: one line each (docs/legacy_scenarios.md)
+            if issubclass(w.category, LegacyScenarioWarning):
+                print(f"note: {w.message}", file=sys.stderr)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         bar.update()
     except HopsError as exc:
         bar.close()
@@ -278,7 +288,15 @@ def write_outputs(result, run_dir: Path, title: str | None = None,
         paths["trace"] = outputs.write_with(run_dir / name, lambda p: write_chrome_trace(result.timeline, p,
                                                                                         compress=gz))
     step("summary.json")
-    result.write_summary(run_dir)
+    paths["summary"] = result.write_summary(run_dir)
+    for key, rel in (out.get("paths") or {}).items():  # output.paths (legacy output.timeline, ...)
+        if key in paths:
+            import shutil
+
+            dest = run_dir / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(paths[key], dest)
+            paths[f"{key} (output.paths)"] = dest
     if out.get("dir"):
         print(f"note: output.dir={out['dir']} is ignored by hops.run; outputs go to Hydra's run dir "
               f"(set hydra.run.dir=DIR)", file=sys.stderr)
@@ -416,6 +434,8 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
     """
     if isinstance(exc, HopsError):
         return str(exc)
+    if isinstance(exc, OSError) and exc.filename:  # e.g. an unwritable hydra.run.dir
+        return f"cannot write {exc.filename}: {exc.strerror or exc} (choose another hydra.run.dir / hydra.sweep.dir)"
     try:
         from hydra.errors import HydraException, MissingConfigException, OverrideParseException
         from omegaconf.errors import OmegaConfBaseException

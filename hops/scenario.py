@@ -2,8 +2,11 @@
 
 Everything a simulation needs is checked here, up front, so that a user mistake
 surfaces as one ScenarioError naming the field path (``pipeline.stages[2].device``)
-instead of a traceback deep in the engine. The fixtures' ``hops.base.yaml`` files
-are the reference format and load unchanged.
+instead of a traceback deep in the engine. Field types and ranges come from one place,
+the schema models in hops.schema (which also publish the JSON Schema editors use);
+this module adds what needs the preset catalog or relates sections to each other.
+The fixtures' ``hops.base.yaml`` files are the reference format and load unchanged;
+scenarios of the original simulator are translated first (hops.schema.legacy).
 """
 from __future__ import annotations
 
@@ -11,19 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from .errors import ScenarioError
 
 SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
 REQUIRED_SECTIONS = ("simulation", "pipeline", "hardware")
-PRECISIONS = ("bf16", "fp16", "fp32")
-DIST_KINDS = {
-    "constant": {"ms"},
-    "normal": {"mean_ms", "std_ms"},
-    "lognormal": {"mean_ms", "cv"},
-    "pareto": {"mean_ms", "shape"},
-}
+# A run is refused up front above this many stage-microbatch tasks (batches x microbatches
+# x stages): PP64 x 1024 x 4 iterations (16.8 M) takes about a minute end to end.
+MAX_STAGE_TASKS = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -56,6 +53,7 @@ class Stage:
     compute: StageCompute
     layers: float | None = None
     activation_memory_mb: float | None = None
+    compute_jitter: float | None = None  # None: pipeline.compute_jitter
 
 
 @dataclass(frozen=True)
@@ -106,6 +104,7 @@ class Scenario:
     failure: Any
     output: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    notes: tuple[str, ...] = ()  # one line per legacy field HOPS models differently
 
     @property
     def n_stages(self) -> int:
@@ -115,77 +114,11 @@ class Scenario:
         return next(d for d in self.devices if d.id == device_id)
 
 
-# --------------------------------------------------------------------------- parsing helpers
-class _Reader:
-    """Typed access to one mapping, naming the full path of whatever is wrong."""
-
-    def __init__(self, data: Any, path: str, source: str | None):
-        self.path, self.source = path, source
-        if data is None:
-            data = {}
-        if not isinstance(data, Mapping):
-            self.fail(path, f"expected a mapping, got {type(data).__name__}")
-        self.data = dict(data)
-
-    def fail(self, path: str, message: str):
-        raise ScenarioError(path, message, self.source)
-
-    def sub(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def check_keys(self, allowed) -> None:
-        for key in self.data:
-            if key not in allowed:
-                self.fail(self.sub(str(key)), f"unknown key; expected one of {', '.join(sorted(allowed))}")
-
-    def get(self, key, kind, default=..., *, positive=False, nonneg=False, choices=None, lo=None, hi=None):
-        path = self.sub(key)
-        if key not in self.data or self.data[key] is None:
-            if default is ...:
-                self.fail(path, f"missing; expected {_kind_name(kind)}")
-            return default
-        value = self.data[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if kind is int and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
-            self.fail(path, f"expected {_kind_name(kind)}, got {value!r}")
-        if choices is not None and value not in choices:
-            self.fail(path, f"got {value!r}; expected one of {', '.join(map(str, choices))}")
-        if positive and not value > 0:
-            self.fail(path, f"got {value!r}; expected a number > 0")
-        if nonneg and not value >= 0:
-            self.fail(path, f"got {value!r}; expected a number >= 0")
-        if lo is not None and not (lo < value < hi):
-            self.fail(path, f"got {value!r}; expected a number strictly between {lo} and {hi}")
-        return value
-
-    def reader(self, key) -> "_Reader":
-        return _Reader(self.data.get(key), self.sub(key), self.source)
-
-
-def _kind_name(kind) -> str:
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-            list: "a list", dict: "a mapping"}.get(kind, str(kind))
-
-
-def parse_distribution(data: Any, path: str, source: str | None) -> Distribution:
-    r = _Reader(data, path, source)
-    kind = r.get("kind", str, choices=tuple(DIST_KINDS))
-    r.check_keys({"kind"} | DIST_KINDS[kind])
-    params = {}
-    for key in sorted(DIST_KINDS[kind]):
-        nonneg = key in ("std_ms", "cv")
-        params[key] = r.get(key, float, nonneg=nonneg, positive=not nonneg)
-    if kind == "pareto" and params["shape"] <= 1:
-        r.fail(r.sub("shape"), f"got {params['shape']!r}; expected > 1 so the mean is finite")
-    return Distribution(kind, params)
-
-
 # --------------------------------------------------------------------------- loading
 def load_document(source: Any) -> tuple[dict, str | None]:
     """Accept a path, a dict or an OmegaConf config; return a plain dict and its source name."""
+    from .schema.document import read_yaml_file
+
     if isinstance(source, (str, Path)):
         from .traces.guard import check_path
 
@@ -193,12 +126,7 @@ def load_document(source: Any) -> tuple[dict, str | None]:
         check_path(path)  # a held-out fixture's hops.base.yaml (hops.simulate, hops.run) is not read
         if not path.is_file():
             raise ScenarioError("scenario", f"file not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}" if mark else "?"
-            raise ScenarioError(where, f"invalid YAML ({getattr(exc, 'problem', exc)})", str(path)) from None
+        data = read_yaml_file(path)
         return (data if data is not None else {}), str(path)
     if type(source).__module__.startswith("omegaconf"):  # checked by name: the core never imports omegaconf
         from omegaconf import OmegaConf
@@ -209,230 +137,176 @@ def load_document(source: Any) -> tuple[dict, str | None]:
     raise ScenarioError("scenario", f"expected a path, dict or OmegaConf config, got {type(source).__name__}")
 
 
+class LegacyScenarioWarning(UserWarning):
+    """A field of the original simulator's format that HOPS models differently (the message names the
+    replacement); see docs/legacy_scenarios.md."""
+
+
 def load_scenario(source: Any, catalog=None) -> Scenario:
     """Parse and validate a scenario document against the preset catalog."""
+    import warnings
+
     from .hardware import Catalog
-    from .schedulers import resolve_scheduler
+    from .schema import validate
+    from .schema.legacy import translate
 
     data, src = load_document(source)
     catalog = catalog or Catalog.load()
-    top = _Reader(data, "", src)
-    top.check_keys(SECTIONS)
-    for name in REQUIRED_SECTIONS:
-        if name not in data:
-            top.fail(name, "missing section")
+    doc, notes = translate(data, src, catalog)
+    _check_depth(doc, src)  # before the per-stage validation: a huge list is refused at once
+    m = validate(doc, src)
+    for note in notes:
+        warnings.warn(note, LegacyScenarioWarning, stacklevel=2)
+    return _build(m, data, tuple(notes), catalog, src)
 
-    sim = top.reader("simulation")
-    sim.check_keys({"batches", "microbatches", "seed", "micro_batch_size"})
-    pipe = top.reader("pipeline")
-    pipe.check_keys({"schedule", "scheduler_options", "precision", "backward_factor", "backward_split", "model",
-                     "stages", "activation_mb", "compute_jitter", "host_overhead"})
-    hw = top.reader("hardware")
-    hw.check_keys({"devices", "interconnect", "links"})
 
-    devices = _parse_devices(hw, catalog)
+def _check_depth(doc, src) -> None:
+    from .engine import MAX_STAGES
+
+    stages = (doc.get("pipeline") or {}).get("stages") if isinstance(doc.get("pipeline"), Mapping) else None
+    if isinstance(stages, list) and len(stages) > MAX_STAGES:
+        _fail("pipeline.stages", f"{len(stages)} stages; the engine runs at most {MAX_STAGES} "
+                                 f"(benchmarks/scale_bench.py)", src)
+
+
+def _fail(path: str, message: str, src):
+    raise ScenarioError(path, message, src)
+
+
+def _choice(value, path, choices, src):
+    if value is not None and value not in choices:
+        _fail(path, f"got {value!r}; expected one of {', '.join(map(str, choices))}", src)
+    return value
+
+
+def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
+    """The engine's Scenario from validated models, plus the checks that need the catalog or cross sections."""
+    from .schedulers import resolve_scheduler
+
+    pipe, hw, opt = m.pipeline, m.hardware, m.optimizer
+    devices, seen = [], set()
+    for i, d in enumerate(hw.devices):
+        if d.id in seen:
+            _fail(f"hardware.devices[{i}].id", f"duplicate device id {d.id!r}", src)
+        seen.add(d.id)
+        _choice(d.gpu, f"hardware.devices[{i}].gpu", tuple(catalog.devices), src)
+        devices.append(DeviceSpec(d.id, d.gpu, d.node if d.node is not None else d.id, d.socket))
     device_ids = {d.id for d in devices}
-    stages = _parse_stages(pipe, device_ids, src)
+    known = ", ".join(sorted(device_ids))
 
-    model = pipe.reader("model")
-    model.check_keys({"hidden_dim", "seq_len", "vocab_size", "tied_embeddings"})
-    split = pipe.reader("backward_split")
-    split.check_keys({"enabled", "activation_grad_fraction"})
+    stages = []
+    for i, st in enumerate(pipe.stages):
+        if st.device not in device_ids:
+            _fail(f"pipeline.stages[{i}].device", f"unknown device {st.device!r}; expected one of hardware.devices "
+                                                  f"ids: {known}", src)
+        c = st.compute
+        if c.mode == "analytical":
+            compute = StageCompute(c.mode, tflop=c.tflop, memory_mb=c.memory_mb)
+        else:
+            compute = StageCompute(c.mode, **{k: _dist(getattr(c, k)) for k in
+                                              ("forward", "backward", "backward_b", "backward_w")})
+        stages.append(Stage(device=st.device, weights_mb=st.weights_mb, compute=compute, layers=st.layers,
+                            activation_memory_mb=st.activation_memory_mb, compute_jitter=st.compute_jitter))
+    tasks = m.simulation.batches * m.simulation.microbatches * len(stages)
+    if tasks > MAX_STAGE_TASKS:
+        _fail("simulation", f"batches x microbatches x stages = {tasks:,} stage tasks; expected at most "
+                            f"{MAX_STAGE_TASKS:,} (about a few minutes of simulation): simulate fewer batches", src)
 
-    schedule = pipe.get("schedule", str, "1f1b")
+    schedule = pipe.schedule
     try:
-        resolve_scheduler(schedule)
-    except (KeyError, ImportError) as exc:
-        pipe.fail(pipe.sub("schedule"), str(exc.args[0] if exc.args else exc))
+        scheduler = resolve_scheduler(schedule)
+    except (KeyError, ImportError, ValueError, TypeError) as exc:
+        _fail("pipeline.schedule", str(exc.args[0] if exc.args else exc) or f"cannot load scheduler {schedule!r}",
+              src)
+    accepted = getattr(scheduler, "option_names", None)
+    if accepted is not None:
+        for key in pipe.scheduler_options:
+            if key not in accepted:
+                _fail(f"pipeline.scheduler_options.{key}",
+                      f"unknown option for scheduler {schedule!r}; expected one of {', '.join(accepted)}"
+                      if accepted else f"scheduler {schedule!r} takes no options", src)
 
-    ic = hw.reader("interconnect")
-    ic.check_keys({"same_node", "cross_node"})
-    same_node = ic.get("same_node", str, None, choices=tuple(catalog.interconnects))
-    cross_node = ic.get("cross_node", str, None, choices=tuple(catalog.interconnects))
-    links = _parse_links(hw, top, device_ids, catalog)
+    interconnects = tuple(catalog.interconnects)
+    same_node = _choice(hw.interconnect.same_node, "hardware.interconnect.same_node", interconnects, src)
+    cross_node = _choice(hw.interconnect.cross_node, "hardware.interconnect.cross_node", interconnects, src)
+    links = []
+    for section, items in (("hardware.links", hw.links), ("overrides.links", m.overrides.links)):
+        for i, ln in enumerate(items):
+            path = f"{section}[{i}]"
+            for end in ("src", "dst"):
+                if getattr(ln, end) not in device_ids:
+                    _fail(f"{path}.{end}", f"unknown device {getattr(ln, end)!r}; expected one of {known}", src)
+            values = {}
+            if getattr(ln, "type", None) is not None:
+                values.update(catalog.interconnects[_choice(ln.type, f"{path}.type", interconnects, src)])
+            values.update({k: getattr(ln, k) for k in LINK_VALUE_KEYS if getattr(ln, k) is not None})
+            if not values:
+                _fail(path, "expected at least one of type, latency_ms, bandwidth_gbps, jitter"
+                      if section == "hardware.links" else "expected at least one of latency_ms, bandwidth_gbps, "
+                                                          "jitter", src)
+            links.append(LinkOverride(ln.src, ln.dst, values))
 
-    opt = top.reader("optimizer")
-    opt.check_keys({"enabled", "step_ms", "data_parallel"})
-    dp = opt.reader("data_parallel")
-    dp.check_keys({"degree", "algorithm", "interconnect"})
+    dev_over = {}
+    for dev, values in m.overrides.devices.items():
+        if dev not in device_ids:
+            _fail(f"overrides.devices.{dev}", f"unknown device; expected one of {known}", src)
+        dev_over[dev] = {k: v for k, v in values.model_dump().items() if v is not None}
 
-    overrides = top.reader("overrides")
-    overrides.check_keys({"devices", "links"})
-    dev_over = _parse_device_overrides(overrides, device_ids)
+    step = opt.step_ms
+    if isinstance(step, tuple):
+        if len(step) != len(stages):
+            _fail("optimizer.step_ms", f"got {len(step)} values; expected one per stage ({len(stages)})", src)
+        step_ms = step
+    else:
+        step_ms = None if step is None else (float(step),) * len(stages)
+    dp_ic = _choice(opt.data_parallel.interconnect, "optimizer.data_parallel.interconnect", interconnects, src)
 
-    out = top.reader("output")
-    out.check_keys({"dir", "plots", "events", "chrome_trace", "chrome_trace_gz"})
-    output = {"dir": out.get("dir", str, None), "plots": out.get("plots", bool, True),
-              "events": out.get("events", bool, True), "chrome_trace": out.get("chrome_trace", bool, True),
-              "chrome_trace_gz": out.get("chrome_trace_gz", bool, False)}
+    failure = None
+    if m.failure is not None and m.failure.enabled:
+        from .failures.config import from_model
 
-    host = pipe.data.get("host_overhead")
+        _check_failure_devices(m.failure, devices, src)
+        failure = from_model(m.failure)
+    out = m.output
+    output = {"dir": out.dir, "plots": out.plots, "events": out.events, "chrome_trace": out.chrome_trace,
+              "chrome_trace_gz": out.chrome_trace_gz,
+              "paths": {k: v for k, v in out.paths.model_dump().items() if v is not None}}
+    split, model = pipe.backward_split, pipe.model
     scenario = Scenario(
-        batches=sim.get("batches", int, 1, positive=True),
-        microbatches=sim.get("microbatches", int, positive=True),
-        seed=sim.get("seed", int, 0),
-        micro_batch_size=sim.get("micro_batch_size", int, 1, positive=True),
-        schedule=schedule,
-        scheduler_options=dict(pipe.get("scheduler_options", dict, {})),
-        precision=pipe.get("precision", str, "bf16", choices=PRECISIONS),
-        backward_factor=pipe.get("backward_factor", float, 2.0, positive=True),
-        backward_split=split.get("enabled", bool, False),
-        activation_grad_fraction=split.get("activation_grad_fraction", float, 0.5, lo=0.0, hi=1.0),
-        hidden_dim=model.get("hidden_dim", int, None, positive=True),
-        seq_len=model.get("seq_len", int, None, positive=True),
-        vocab_size=model.get("vocab_size", int, None, positive=True),
-        tied_embeddings=model.get("tied_embeddings", bool, None),
-        activation_mb=pipe.get("activation_mb", float, None, positive=True),
-        compute_jitter=pipe.get("compute_jitter", float, 0.0, nonneg=True),
-        host_overhead=parse_distribution(host, pipe.sub("host_overhead"), src) if host is not None else None,
-        stages=stages,
-        devices=devices,
-        same_node=same_node,
-        cross_node=cross_node,
-        links=links,
-        device_overrides=dev_over,
-        optimizer_enabled=opt.get("enabled", bool, False),
-        optimizer_step_ms=_step_ms(opt, len(stages)),
-        dp_degree=dp.get("degree", int, 1, positive=True),
-        dp_algorithm=dp.get("algorithm", str, "ring", choices=("ring", "naive")),
-        dp_interconnect=dp.get("interconnect", str, None, choices=tuple(catalog.interconnects)),
-        failure=_parse_failure(data.get("failure"), src),
-        output=output,
-        raw=data,
+        batches=m.simulation.batches, microbatches=m.simulation.microbatches, seed=m.simulation.seed,
+        micro_batch_size=m.simulation.micro_batch_size, schedule=schedule,
+        scheduler_options=dict(pipe.scheduler_options), precision=pipe.precision,
+        backward_factor=pipe.backward_factor, backward_split=split.enabled,
+        activation_grad_fraction=split.activation_grad_fraction, hidden_dim=model.hidden_dim,
+        seq_len=model.seq_len, vocab_size=model.vocab_size, tied_embeddings=model.tied_embeddings,
+        activation_mb=pipe.activation_mb, compute_jitter=pipe.compute_jitter,
+        host_overhead=_dist(pipe.host_overhead), stages=tuple(stages), devices=tuple(devices),
+        same_node=same_node, cross_node=cross_node, links=tuple(links), device_overrides=dev_over,
+        optimizer_enabled=opt.enabled, optimizer_step_ms=step_ms, dp_degree=opt.data_parallel.degree,
+        dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, failure=failure, output=output,
+        raw=raw, notes=notes,
     )
     _check_hops(scenario, catalog, src)
     return scenario
 
 
-def _parse_devices(hw: _Reader, catalog) -> tuple[DeviceSpec, ...]:
-    items = hw.get("devices", list)
-    if not items:
-        hw.fail(hw.sub("devices"), "expected a non-empty list of devices")
-    devices, seen = [], set()
-    for i, item in enumerate(items):
-        r = _Reader(item, f"{hw.sub('devices')}[{i}]", hw.source)
-        r.check_keys({"id", "gpu", "node", "socket"})
-        dev_id = r.get("id", str)
-        if dev_id in seen:
-            r.fail(r.sub("id"), f"duplicate device id {dev_id!r}")
-        seen.add(dev_id)
-        gpu = r.get("gpu", str, choices=tuple(catalog.devices))
-        devices.append(DeviceSpec(dev_id, gpu, r.get("node", str, dev_id), r.get("socket", int, 0)))
-    return tuple(devices)
-
-
-def _check_depth(pipe: _Reader, n: int) -> None:
-    from .engine import MAX_STAGES
-
-    if n > MAX_STAGES:
-        pipe.fail(pipe.sub("stages"), f"{n} stages; the engine runs at most {MAX_STAGES} (benchmarks/scale_bench.py)")
-
-
-def _parse_stages(pipe: _Reader, device_ids: set[str], src) -> tuple[Stage, ...]:
-    items = pipe.get("stages", list)
-    if not items:
-        pipe.fail(pipe.sub("stages"), "expected a non-empty list of stages")
-    _check_depth(pipe, len(items))  # before the per-stage parse: a huge list is refused at once
-    stages = []
-    for i, item in enumerate(items):
-        r = _Reader(item, f"{pipe.sub('stages')}[{i}]", src)
-        r.check_keys({"device", "weights_mb", "compute", "layers", "activation_memory_mb"})
-        device = r.get("device", str)
-        if device not in device_ids:
-            r.fail(r.sub("device"), f"unknown device {device!r}; expected one of hardware.devices ids: "
-                                    f"{', '.join(sorted(device_ids))}")
-        c = r.reader("compute")
-        mode = c.get("mode", str, "analytical", choices=("analytical", "distribution"))
-        if mode == "analytical":
-            c.check_keys({"mode", "tflop", "memory_mb"})
-            compute = StageCompute(mode, tflop=c.get("tflop", float, nonneg=True),
-                                   memory_mb=c.get("memory_mb", float, 0.0, nonneg=True))
-        else:
-            c.check_keys({"mode", "forward", "backward", "backward_b", "backward_w"})
-            dists = {k: parse_distribution(c.data[k], c.sub(k), src) if c.data.get(k) is not None else None
-                     for k in ("forward", "backward", "backward_b", "backward_w")}
-            if dists["forward"] is None:
-                c.fail(c.sub("forward"), "missing; expected a distribution {kind, ...}")
-            if dists["backward"] is None and (dists["backward_b"] is None or dists["backward_w"] is None):
-                c.fail(c.sub("backward"), "missing; expected a distribution (or both backward_b and backward_w)")
-            compute = StageCompute(mode, **dists)
-        stages.append(Stage(device=device, weights_mb=r.get("weights_mb", float, 0.0, nonneg=True),
-                            compute=compute, layers=r.get("layers", float, None, positive=True),
-                            activation_memory_mb=r.get("activation_memory_mb", float, None, nonneg=True)))
-    return tuple(stages)
+def _dist(d) -> Distribution | None:
+    return None if d is None else Distribution(d.kind, d.params)
 
 
 LINK_VALUE_KEYS = ("latency_ms", "bandwidth_gbps", "jitter")
 
 
-def _parse_links(hw: _Reader, top: _Reader, device_ids, catalog) -> tuple[LinkOverride, ...]:
-    """Explicit links (hardware.links: src, dst, type preset) then measured overrides (overrides.links)."""
-    out = []
-    for section, reader, allow_type in (("links", hw, True), ("links", top.reader("overrides"), False)):
-        items = reader.get(section, list, [])
-        for i, item in enumerate(items):
-            r = _Reader(item, f"{reader.sub(section)}[{i}]", reader.source)
-            allowed = {"src", "dst", *LINK_VALUE_KEYS} | ({"type"} if allow_type else {"sizes_mb", "source"})
-            r.check_keys(allowed)
-            values = {}
-            for end in ("src", "dst"):
-                dev = r.get(end, str)
-                if dev not in device_ids:
-                    r.fail(r.sub(end), f"unknown device {dev!r}; expected one of {', '.join(sorted(device_ids))}")
-            if allow_type and "type" in r.data:
-                values.update(catalog.interconnects[r.get("type", str, choices=tuple(catalog.interconnects))])
-            values["latency_ms"] = r.get("latency_ms", float, values.get("latency_ms"), nonneg=True)
-            values["bandwidth_gbps"] = r.get("bandwidth_gbps", float, values.get("bandwidth_gbps"), positive=True)
-            values["jitter"] = r.get("jitter", float, values.get("jitter"), nonneg=True)
-            values = {k: v for k, v in values.items() if v is not None}
-            if not values:
-                r.fail(r.path, "expected at least one of type, latency_ms, bandwidth_gbps, jitter")
-            out.append(LinkOverride(r.data["src"], r.data["dst"], values))
-    return tuple(out)
-
-
-DEVICE_VALUE_KEYS = ("peak_tflops", "memory_bandwidth_gbps", "memory_gb", "launch_overhead_ms", "mtbf_hours",
-                     "slowdown")
-
-
-def _parse_device_overrides(overrides: _Reader, device_ids) -> dict:
-    r = overrides.reader("devices")
-    out = {}
-    for dev in r.data:
-        if dev not in device_ids:
-            r.fail(r.sub(str(dev)), f"unknown device; expected one of {', '.join(sorted(device_ids))}")
-        d = r.reader(dev)
-        d.check_keys(set(DEVICE_VALUE_KEYS))
-        out[dev] = {k: d.get(k, float, positive=True) for k in d.data}
-    return out
-
-
-def _step_ms(opt: _Reader, n_stages: int) -> tuple[float, ...] | None:
-    """optimizer.step_ms: one number for every stage, or a list with one number per stage."""
-    value = opt.data.get("step_ms")
-    if isinstance(value, list):
-        if len(value) != n_stages:
-            opt.fail(opt.sub("step_ms"), f"got {len(value)} values; expected one per stage ({n_stages})")
-        items = _Reader({str(i): v for i, v in enumerate(value)}, opt.sub("step_ms"), opt.source)
-        return tuple(items.get(str(i), float, nonneg=True) for i in range(n_stages))
-    step = opt.get("step_ms", float, None, nonneg=True)
-    return None if step is None else (step,) * n_stages
-
-
-def _parse_failure(section, src):
-    try:
-        from .failures.config import parse_failure
-    except ImportError:  # failure model not installed in this build: only "disabled" is understood
-        r = _Reader(section, "failure", src)
-        if r.get("enabled", bool, False):
-            r.fail("failure.enabled", "failure injection is not available in this build")
-        return None
-    try:
-        return parse_failure(section, "failure")
-    except ScenarioError as exc:
-        if src and exc.source is None:
-            raise ScenarioError(exc.path, str(exc).split(": ", 1)[-1], src) from None
-        raise
+def _check_failure_devices(f, devices, src) -> None:
+    """Keys of an MTBF map must name a device id, a gpu type of this scenario, or `default`."""
+    mtbf = f.devices.mtbf_hours
+    if isinstance(mtbf, Mapping):
+        names = {"default"} | {d.id for d in devices} | {d.gpu for d in devices}
+        for key in mtbf:
+            if key not in names:
+                _fail(f"failure.devices.mtbf_hours.{key}", f"matches no device; expected default, a gpu type "
+                                                           f"({', '.join(sorted({d.gpu for d in devices}))}) or a "
+                                                           f"device id", src)
 
 
 def _check_hops(s: Scenario, catalog, src) -> None:

@@ -62,6 +62,9 @@ class Scheduler:
     """Base class: subclasses set `name`, maybe `split_backward`, and implement next_tasks."""
 
     name = "base"
+    # Keys of pipeline.scheduler_options this scheduler reads; the scenario refuses any other.
+    # None (a plug-in that does not declare them): any key is passed through unchecked.
+    option_names: tuple[str, ...] | None = None
     # True: backward runs as B then W (zero-bubble family). May also be a per-stage sequence
     # of False / True / "either" (the scheduler picks "BW" or "B" per microbatch); the engine
     # reads it after configure, so a scheduler may decide it from the pipeline's times.

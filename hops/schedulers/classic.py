@@ -8,6 +8,7 @@ class GPipe(StaticOrderScheduler):
     """All forwards, then all backwards (flush per iteration): simplest, most activation memory."""
 
     name = "gpipe"
+    option_names = ()
 
     def stage_order(self, s: int, p: int, m: int) -> list[Task]:
         return [("F", j) for j in range(m)] + [("BW", j) for j in range(m)]
@@ -17,6 +18,7 @@ class OneFOneB(StaticOrderScheduler):
     """PipeDream-flush 1F1B: p-s-1 warm-up forwards, then alternate, so stage s holds at most p-s activations."""
 
     name = "1f1b"
+    option_names = ()
 
     def stage_order(self, s: int, p: int, m: int) -> list[Task]:
         warm = min(p - s - 1, m)

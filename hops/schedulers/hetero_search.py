@@ -346,6 +346,7 @@ class HeteroSearch(StaticOrderScheduler):
     """Searched per-stage, per-microbatch fused-or-split schedule, replayed as a static order."""
 
     name = "hetero_search"
+    option_names = ("extra_in_flight", "max_in_flight", "per_microbatch", "search_budget", "search_passes")
 
     def configure(self, meta: PipelineMeta) -> None:
         Scheduler.configure(self, meta)  # the orders come from the search, not from stage_order

@@ -14,6 +14,7 @@ from .zero_bubble import ZeroBubble
 
 class HopsHetero(Scheduler):
     name = "hops_hetero"
+    option_names = ("max_in_flight",)
 
     def configure(self, meta) -> None:
         super().configure(meta)

@@ -13,6 +13,7 @@ class ZeroBubble(Scheduler):
     """Greedy ZB-H1: run a ready B first, else a ready F within the memory cap, else a deferred W."""
 
     name = "zero_bubble"
+    option_names = ("max_in_flight",)
     split_backward = True
 
     def configure(self, meta) -> None:

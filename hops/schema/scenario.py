@@ -1,0 +1,269 @@
+"""The scenario document's schema: six sections plus `overrides`, as the fixtures' hops.base.yaml.
+
+Checks that need the preset catalog (gpu and interconnect names) or relate sections to
+each other (a stage's device must exist) run after this, in hops.scenario; everything
+about one field's type and range is decided here.
+"""
+from __future__ import annotations
+
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic_core import PydanticCustomError
+
+from .failure import FailureModel
+from .fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, DictOf, Int, ListOf, Num,
+                     Section, Str, check_number, closed_mapping, fail, show)
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+DIST_KINDS = {
+    "constant": ("ms",),
+    "lognormal": ("cv", "mean_ms"),
+    "normal": ("mean_ms", "std_ms"),
+    "pareto": ("mean_ms", "shape"),
+}
+COMPUTE_MODES = {"analytical": ("memory_mb", "mode", "tflop"),
+                 "distribution": ("backward", "backward_b", "backward_w", "forward", "mode")}
+OUTPUT_NAMES = ("summary", "events", "timeline", "dashboard", "trace")
+
+
+class DistributionModel(Section):
+    """A latency distribution in ms; `pareto` is the heavy-tailed one (shape > 1 keeps the mean finite)."""
+
+    model_config = dict(Section.model_config, json_schema_extra={
+        "oneOf": [{"properties": {"kind": {"const": k}}, "required": ["kind", *keys],
+                   "propertyNames": {"enum": ["kind", *keys]}} for k, keys in DIST_KINDS.items()]})
+
+    kind: Str(tuple(DIST_KINDS))
+    ms: Num(ge=0) | None = None
+    mean_ms: Num(gt=0) | None = None
+    std_ms: Num(ge=0) | None = None
+    cv: Num(ge=0) | None = None
+    shape: Num(gt=1, description="> 1 so the mean is finite") | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _closed_mapping(cls, data: Any):
+        data = closed_mapping(data, cls.model_fields)
+        kind = data.get("kind")
+        if kind in DIST_KINDS:
+            data = closed_mapping(data, ("kind", *DIST_KINDS[kind]))
+            for key in DIST_KINDS[kind]:
+                if key not in data:
+                    raise fail("missing; expected a number", key=key)
+        return data
+
+    @property
+    def params(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in DIST_KINDS[self.kind]}
+
+
+class ComputeModel(Section):
+    """`analytical`: roofline from tflop and memory_mb; `distribution`: measured F/B(/W) distributions."""
+
+    model_config = dict(Section.model_config, json_schema_extra={
+        "if": {"properties": {"mode": {"const": "distribution"}}, "required": ["mode"]},
+        "then": {"required": ["forward"], "propertyNames": {"enum": list(COMPUTE_MODES["distribution"])}},
+        "else": {"required": ["tflop"], "propertyNames": {"enum": list(COMPUTE_MODES["analytical"])}}})
+
+    mode: Str(tuple(COMPUTE_MODES)) = "analytical"
+    tflop: Num(ge=0) | None = None
+    memory_mb: Num(ge=0) = 0.0
+    forward: DistributionModel | None = None
+    backward: DistributionModel | None = None
+    backward_b: DistributionModel | None = None
+    backward_w: DistributionModel | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _closed_mapping(cls, data: Any):
+        data = closed_mapping(data, cls.model_fields if not isinstance(data, dict) else
+                              COMPUTE_MODES.get(data.get("mode") or "analytical", cls.model_fields))
+        return data
+
+    @model_validator(mode="after")
+    def _complete(self):
+        if self.mode == "analytical" and self.tflop is None:
+            raise fail("missing; expected a number", key="tflop")
+        if self.mode == "distribution":
+            if self.forward is None:
+                raise fail("missing; expected a distribution {kind, ...}", key="forward")
+            if self.backward is None and (self.backward_b is None or self.backward_w is None):
+                raise fail("missing; expected a distribution (or both backward_b and backward_w)", key="backward")
+        return self
+
+
+class StageModel(Section):
+    device: Str(description="a hardware.devices id")
+    weights_mb: Num(ge=0) = 0.0
+    compute: ComputeModel
+    layers: Num(gt=0) | None = None
+    activation_memory_mb: Num(ge=0) | None = None
+    compute_jitter: Num(ge=0, description="this stage's coefficient of variation; default "
+                                          "pipeline.compute_jitter") | None = None
+
+
+class BackwardSplitModel(Section):
+    enabled: Bool = False
+    activation_grad_fraction: Num(gt=0, lt=1) = 0.5
+
+
+class ModelShape(Section):
+    hidden_dim: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
+    seq_len: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
+    vocab_size: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
+    tied_embeddings: Bool | None = None
+
+
+def _nonempty(what: str):
+    def check(v):
+        if isinstance(v, (list, tuple)) and not v:
+            raise fail(f"expected a non-empty list of {what}")
+        return v
+    return BeforeValidator(check)
+
+
+class SimulationModel(Section):
+    batches: Int(gt=0, cap=MAX_BATCHES, description="iterations (optimizer steps) to simulate") = 1
+    microbatches: Int(gt=0, cap=MAX_MICROBATCHES, description="microbatches per iteration")
+    seed: Int(ge=0, cap=2**63 - 1) = 0
+    micro_batch_size: Int(gt=0, cap=MAX_COUNT) = 1
+
+
+class PipelineModel(Section):
+    schedule: Str(description="1f1b, gpipe, zero_bubble, hops_hetero, hetero_search or a dotted path") = "1f1b"
+    scheduler_options: DictOf(Any) = Field(default_factory=dict)
+    precision: Str(PRECISIONS) = "bf16"
+    backward_factor: Num(gt=0) = 2.0
+    backward_split: BackwardSplitModel = Field(default_factory=BackwardSplitModel)
+    model: ModelShape = Field(default_factory=ModelShape)
+    stages: Annotated[ListOf(StageModel), _nonempty("stages")]
+    activation_mb: Num(gt=0) | None = None
+    compute_jitter: Num(ge=0) = 0.0
+    host_overhead: DistributionModel | None = None
+
+
+class DeviceModel(Section):
+    id: Str(nonempty=True)
+    gpu: Str(description="a device preset (hops/presets/devices.yaml)")
+    node: Str() | None = None
+    socket: Int(ge=0) = 0
+
+
+class InterconnectModel(Section):
+    same_node: Str(description="an interconnect preset (hops/presets/interconnects.yaml)") | None = None
+    cross_node: Str(description="an interconnect preset (hops/presets/interconnects.yaml)") | None = None
+
+
+class HardwareLinkModel(Section):
+    src: Str()
+    dst: Str()
+    type: Str(description="an interconnect preset") | None = None
+    latency_ms: Num(ge=0) | None = None
+    bandwidth_gbps: Num(gt=0, description="GB/s (gigabytes per second)") | None = None
+    jitter: Num(ge=0) | None = None
+
+
+class HardwareModel(Section):
+    devices: Annotated[ListOf(DeviceModel), _nonempty("devices")]
+    interconnect: InterconnectModel = Field(default_factory=InterconnectModel)
+    links: ListOf(HardwareLinkModel) = Field(default_factory=list)
+
+
+def _step_ms(v: Any):
+    """One number for every stage, or a list with one number per stage."""
+    if isinstance(v, (list, tuple)):
+        out = []
+        for i, x in enumerate(v):
+            try:
+                out.append(check_number(x, ge=0))
+            except PydanticCustomError as exc:  # re-raised with the item's index in the path
+                raise fail(exc.context["msg"], key=f"[{i}]") from None
+        return tuple(out)
+    return check_number(v, ge=0)
+
+
+StepMs = Annotated[Any, BeforeValidator(_step_ms), WithJsonSchema({
+    "description": "optimizer step time in ms: one number for every stage, or one per stage",
+    "anyOf": [{"type": "number", "minimum": 0}, {"type": "array", "items": {"type": "number", "minimum": 0}}]})]
+
+
+class DataParallelModel(Section):
+    degree: Int(gt=0, cap=MAX_COUNT) = 1
+    algorithm: Str(("ring", "naive")) = "ring"
+    interconnect: Str(description="an interconnect preset") | None = None
+
+
+class OptimizerModel(Section):
+    enabled: Bool = False
+    step_ms: StepMs | None = None
+    data_parallel: DataParallelModel = Field(default_factory=DataParallelModel)
+
+
+def _relative_path(v: Any):
+    if not isinstance(v, str) or not v:
+        raise fail(f"expected a relative file path, got {show(v)}")
+    if PurePosixPath(v).is_absolute() or PureWindowsPath(v).is_absolute() or ".." in PurePosixPath(v).parts:
+        raise fail(f"got {v!r}; expected a path inside the run directory (relative, no '..')")
+    return v
+
+
+RelPath = Annotated[str, BeforeValidator(_relative_path), WithJsonSchema({"type": "string", "minLength": 1})]
+
+
+class OutputPathsModel(Section):
+    """Extra copies of the run's outputs at these paths, relative to the run directory."""
+
+    summary: RelPath | None = None
+    events: RelPath | None = None
+    timeline: RelPath | None = None
+    dashboard: RelPath | None = None
+    trace: RelPath | None = None
+
+
+class OutputModel(Section):
+    dir: Str() | None = None
+    plots: Bool = True
+    events: Bool = True
+    chrome_trace: Bool = True
+    chrome_trace_gz: Bool = False  # write trace.json.gz instead (Perfetto opens it)
+    paths: OutputPathsModel = Field(default_factory=OutputPathsModel)
+
+
+class DeviceOverrideModel(Section):
+    peak_tflops: Num(gt=0) | None = None
+    memory_bandwidth_gbps: Num(gt=0) | None = None
+    memory_gb: Num(gt=0) | None = None
+    launch_overhead_ms: Num(ge=0) | None = None
+    mtbf_hours: Num(gt=0) | None = None
+    slowdown: Num(gt=0) | None = None
+
+
+class OverrideLinkModel(Section):
+    src: Str()
+    dst: Str()
+    latency_ms: Num(ge=0) | None = None
+    bandwidth_gbps: Num(gt=0, description="GB/s (gigabytes per second)") | None = None
+    jitter: Num(ge=0) | None = None
+    sizes_mb: ListOf(Num(ge=0)) | None = None
+    source: Str() | None = None
+
+
+class OverridesModel(Section):
+    devices: DictOf(DeviceOverrideModel) = Field(default_factory=dict)
+    links: ListOf(OverrideLinkModel) = Field(default_factory=list)
+
+
+class ScenarioModel(Section):
+    """A HOPS scenario (docs: README "Running scenarios"; legacy fields: docs/legacy_scenarios.md)."""
+
+    model_config = dict(Section.model_config, title="HOPS scenario")
+
+    simulation: SimulationModel
+    pipeline: PipelineModel
+    hardware: HardwareModel
+    optimizer: OptimizerModel = Field(default_factory=OptimizerModel)
+    failure: FailureModel | None = None
+    output: OutputModel = Field(default_factory=OutputModel)
+    overrides: OverridesModel = Field(default_factory=OverridesModel)
