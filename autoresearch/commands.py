@@ -99,6 +99,11 @@ def add_commands(sub) -> None:
     p.add_argument("--confirm-human", required=True, metavar="WHY", help="why a human is taking this checkpoint")
     p.set_defaults(func=run_checkpoint)
 
+    p = sub.add_parser("precommit", help="the pre-commit hook: run the gate when a staged file is a model or gate file")
+    p.add_argument("files", nargs="*", help="staged files (pre-commit passes them)")
+    _fixtures(p), _jobs(p)
+    p.set_defaults(func=run_precommit)
+
     p = sub.add_parser("log", help="render every iteration into autoresearch/LOG.md")
     p.set_defaults(func=run_log)
 
@@ -124,6 +129,21 @@ def run_checkpoint(args) -> int:
 
     print(checkpoint(args.split, args.confirm_human, root=args.fixtures, jobs=args.jobs))
     return 0
+
+
+def run_precommit(args) -> int:
+    """Derive the hook's file selection from hops.provenance.MODEL_FILES + gate.GATE_FILES (no regex to drift)."""
+    from .gate import needs_gate
+
+    hits = needs_gate(args.files)
+    if not hits:
+        print(f"autoresearch precommit: none of {len(args.files)} staged file(s) is a model or gate file; "
+              f"gate skipped")
+        return 0
+    print(f"autoresearch precommit: {len(hits)} model/gate file(s) staged ({', '.join(hits[:5])}"
+          f"{', ...' if len(hits) > 5 else ''}): running the gate")
+    args.set, args.split = None, None
+    return run_gate_cmd(args)
 
 
 def run_log(args) -> int:

@@ -28,6 +28,9 @@ from .fixtures import FixtureError, resolve_root
 from .scoring import aggregate
 
 CONFIG_PATH = ledger.PACKAGE / "gate.yaml"
+# The gate's own rules and record: a commit touching them is gated like a model change.
+GATE_FILES = ("autoresearch/gate.py", "autoresearch/search.py", "autoresearch/gate.yaml", "autoresearch/citations.yaml",
+              "autoresearch/search_space.yaml", "autoresearch/golden/*.json")
 GOLDEN_SCHEMA = 1
 FIXTURE_KEYS = ("throughput_error_pct", "bubble_pp_delta", "util_spearman_rho")
 
@@ -116,6 +119,44 @@ def write_golden(doc: dict, split: str = "train") -> Path:
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
     tmp.replace(path)
     return path
+
+
+# --------------------------------------------------------------------------- model change
+def needs_gate(files) -> list[str]:
+    """The files (repo-relative) that make a commit a model change: MODEL_FILES or GATE_FILES."""
+    import fnmatch
+
+    from hops.provenance import is_model_file
+
+    out = []
+    for f in files:
+        rel = Path(f).as_posix().removeprefix("./")
+        if is_model_file(rel) or any(fnmatch.fnmatchcase(rel, p) and rel.count("/") == p.count("/")
+                                     for p in GATE_FILES):
+            out.append(rel)
+    return out
+
+
+def model_change(golden: dict | None) -> list[str]:
+    """Notes: which declared model files differ from the golden file's commit, and the fingerprints."""
+    from hops.provenance import is_model_file
+
+    if golden is None:
+        return []
+    commit = (golden.get("admitted") or {}).get("git_commit") or ""
+    now = ledger.model_fingerprint()
+    was = golden.get("model_fingerprint")
+    diff = ledger._git("diff", "--name-only", commit) if commit and commit != "unknown" else None
+    untracked = ledger._git("ls-files", "--others", "--exclude-standard")
+    if diff is None or untracked is None:
+        return [f"model: fingerprint {was} (golden) -> {now}; files not compared (commit {commit[:12]} unknown here)"]
+    files = sorted({f for f in (diff + untracked).splitlines() if f and is_model_file(f)})
+    if not files:
+        return [f"model: no declared model file differs from the golden file's commit {commit[:12]}"
+                + ("" if now == was else f" (fingerprint {was} -> {now}: catalog values differ)")]
+    same = " (comments/docstrings only: the fingerprint is unchanged)" if now == was else ""
+    return [f"model: {len(files)} model file(s) changed since the golden file's commit {commit[:12]}: "
+            + ", ".join(files[:8]) + (", ..." if len(files) > 8 else "") + f"; fingerprint {was} -> {now}{same}"]
 
 
 # --------------------------------------------------------------------------- citations
@@ -323,7 +364,7 @@ def run_gate(*, root=None, overrides=None, jobs: int = 1, split: str | None = No
             violations += comparison.violations
     changes = catalog_changes(golden["catalog"], catalog) if golden is not None else []
     violations += citation_violations(changes, load_citations(), cfg)
-    diagnostic, notes = None, list(comparison.notes)
+    diagnostic, notes = None, [*model_change(golden), *comparison.notes]
     if cfg.diagnostic_split:
         try:
             diagnostic, failure = evaluate(cfg.diagnostic_split, root=root, overrides=overrides,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from hops.errors import HopsError
-from hops.hardware import PRESET_DIR
+from hops import provenance as model_provenance
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = Path(__file__).resolve().parent
@@ -39,12 +39,9 @@ OUTCOMES = ("open", "landed", "reverted", "blocked", "parked", "void")
 CLOSED = ("landed", "reverted", "blocked", "parked")  # void: a run opened by a propose race, closed by `repair`
 ITERATION_TAGS = ("iteration", "title", "hypothesis", "change_site", "expected_effect", "outcome", "stack_on")
 
-# Everything whose bytes can move a prediction. The pre-commit hook's `files:` regex
-# mirrors this list (tests/test_autoresearch.py keeps the two in sync).
-MODEL_FILES = ("hops/api.py", "hops/compute.py", "hops/engine.py", "hops/hardware.py", "hops/metrics.py",
-               "hops/scenario.py", "hops/timeline.py", "hops/schedulers/*.py", "hops/traces/*.py",
-               "autoresearch/fixtures.py", "autoresearch/scoring.py", "autoresearch/validate.py",
-               "autoresearch/variants.py")
+# What can move a prediction is declared once, in hops.provenance.MODEL_FILES; the fingerprint, the
+# pre-commit hook (`python -m autoresearch precommit`) and the gate's "model changed" note derive from it.
+MODEL_FILES = model_provenance.MODEL_FILES
 
 
 class LedgerError(HopsError):
@@ -99,18 +96,12 @@ def git_diff_hash() -> str:
 
 
 def model_files() -> list[Path]:
-    return sorted({p for pattern in MODEL_FILES for p in REPO.glob(pattern)})
+    return model_provenance.model_files(REPO)
 
 
 def model_fingerprint(overrides: Mapping[str, Any] | Iterable[str] | None = None) -> str:
-    """Hash of model code + presets + overrides: equal fingerprints make identical predictions."""
-    h = hashlib.sha256()
-    for path in [*model_files(), *sorted(PRESET_DIR.glob("*.yaml"))]:
-        rel = path.relative_to(REPO) if path.is_relative_to(REPO) else Path("hops/presets") / path.name
-        h.update(str(rel).encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    h.update(json.dumps(normalize_overrides(overrides), sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
+    """hops.provenance.model_fingerprint: the same value summary.json carries for the same catalog."""
+    return model_provenance.model_fingerprint(normalize_overrides(overrides) or None)
 
 
 def normalize_overrides(overrides) -> dict:

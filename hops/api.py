@@ -10,6 +10,7 @@ from . import engine
 from .compute import stage_layers
 from .hardware import Catalog, Topology
 from .metrics import summarize
+from .provenance import model_fingerprint
 from .scenario import Scenario, load_scenario
 from .timeline import Timeline
 
@@ -51,7 +52,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "peak_in_flight": res.peak_in_flight,
         "link_contention": res.link_stats,
         "activation_mb": res.extras["activation_mb"],
-        "model_fingerprint": catalog.fingerprint(),
+        "model_fingerprint": model_fingerprint(catalog),  # the same value the calibration ledger records
     })
     summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"]))
     extras = dict(res.extras)
