@@ -150,6 +150,7 @@ def run_log(args) -> int:
     from .research_log import collect, write_log
 
     book = ledger.Ledger()
+    _replay(book)
     path = write_log(book)
     print(f"{path}: {len(collect(book))} iteration(s)")
     return 0
@@ -445,7 +446,7 @@ def run_park(args) -> int:
 
 def run_admit(args) -> int:
     from . import stack
-    from .gate import GateConfig, build_golden, golden_path, render, run_gate
+    from .gate import GateConfig, build_golden, golden_path, golden_text, render, run_gate
     from .journal import run as transact
 
     book = ledger.Ledger()
@@ -506,10 +507,7 @@ def run_admit(args) -> int:
         n = int(iteration.data.tags["iteration"])
         prov = ledger.provenance(cfg.split, cfg.gated_variants)
         new = build_golden(result.report, cfg, catalog=result.catalog, iteration=n, prov=prov)
-        import json as _json
-
-        effects = [{"kind": "write", "path": f"golden/{cfg.split}.json",
-                    "text": _json.dumps(new, indent=1, sort_keys=True, allow_nan=False) + "\n"}]
+        effects = [{"kind": "write", "path": f"golden/{cfg.split}.json", "text": golden_text(new)}]
         worse = [m for _, m in result.comparison.worse[:10]]
         if members:
             stack_ids = [m.iteration for m in members]

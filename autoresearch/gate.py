@@ -112,13 +112,12 @@ def build_golden(report, cfg: GateConfig, *, catalog: dict, iteration: int, prov
     return doc
 
 
+def golden_text(doc: dict) -> str:
+    return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
 def write_golden(doc: dict, split: str = "train") -> Path:
-    path = golden_path(split)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    tmp.replace(path)
-    return path
+    return ledger.atomic_write(golden_path(split), golden_text(doc))
 
 
 # --------------------------------------------------------------------------- model change

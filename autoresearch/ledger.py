@@ -168,6 +168,7 @@ def atomic_write(path: Path, text: str) -> Path:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
+    crash_point(f"write:{path.name}")
     os.replace(tmp, path)
     fd = os.open(path.parent, os.O_RDONLY)
     try:

@@ -39,7 +39,7 @@ NOT_MODEL = {
 def test_every_hops_module_is_declared_a_model_file_or_known_not_to_be_one():
     files = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "hops").rglob("*.py"))
     undeclared = [f for f in files if not provenance.is_model_file(f) and f not in NOT_MODEL]
-    assert undeclared == [], f"declare these in hops.provenance.MODEL_FILES (or in NOT_MODEL with a reason)"
+    assert undeclared == [], "declare these in hops.provenance.MODEL_FILES (or in NOT_MODEL with a reason)"
     assert provenance.is_model_file("hops/collectives.py")
     assert not any(provenance.is_model_file(f) for f in NOT_MODEL)
     assert all(provenance.is_model_file(f"hops/presets/{p.name}") for p in (REPO / "hops" / "presets").glob("*.yaml"))
