@@ -127,6 +127,7 @@ def run_search(args) -> int:
 def run_checkpoint(args) -> int:
     from .checkpoint import checkpoint
 
+    _replay()
     print(checkpoint(args.split, args.confirm_human, root=args.fixtures, jobs=args.jobs))
     return 0
 
@@ -569,6 +570,12 @@ def run_repair(args) -> int:
     book = ledger.Ledger()
     done = []
     with ledger.state_lock():
+        open_runs = book.open_runs()
+        if args.keep is not None and len(open_runs) > 1:  # refuse a wrong --keep before changing anything
+            match = [r for r in open_runs if int(r.data.tags.get("iteration", -1)) == args.keep]
+            if len(match) != 1:
+                nums = ", ".join(r.data.tags.get("iteration", "?") for r in open_runs)
+                raise HopsError(f"--keep {args.keep}: open iterations are {nums}; name exactly one")
         if args.drop_journal and journal_path().exists():
             journal_path().unlink()
             done.append("dropped the journal of an interrupted command")
@@ -599,11 +606,7 @@ def run_repair(args) -> int:
         if len(open_runs) > 1:
             keep = open_runs[0]
             if args.keep is not None:
-                match = [r for r in open_runs if int(r.data.tags.get("iteration", -1)) == args.keep]
-                if len(match) != 1:
-                    nums = ", ".join(r.data.tags.get("iteration", "?") for r in open_runs)
-                    raise HopsError(f"--keep {args.keep}: open iterations are {nums}; name exactly one")
-                keep = match[0]
+                keep = next(r for r in open_runs if int(r.data.tags.get("iteration", -1)) == args.keep)
             for run in open_runs:
                 if run.info.run_id != keep.info.run_id:
                     book.tag_iteration(run.info.run_id, {"outcome": "void", "reason": "opened by a propose race; "
