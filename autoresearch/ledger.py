@@ -278,12 +278,21 @@ class Ledger:
                     eid = exp.experiment_id
             else:
                 eid = exp.experiment_id
+            self._dress(eid, exp.tags if exp is not None else {})
             self._experiments[name] = eid
         return self._experiments[name]
+
+    def _dress(self, eid: str, tags: Mapping[str, str]) -> None:
+        """Tags that make MLflow 3's UI read the experiment as model development, with the headline columns."""
+        for key, value in experiment_tags(eid).items():
+            if tags.get(key) != value:
+                retry(self.client.set_experiment_tag, eid, key, value)
 
     def start_run(self, experiment: str, name: str, *, run_type: str, params: Mapping[str, Any] | None = None,
                   tags: Mapping[str, Any] | None = None, parent: str | None = None) -> str:
         all_tags = {"run_type": run_type, **{k: str(v) for k, v in (tags or {}).items()}}
+        if run_type != "iteration" and "iteration" in all_tags and not name.startswith("it"):
+            name = f"it{all_tags['iteration']} {name}: {all_tags.get('title') or all_tags.get('hypothesis', '')[:48]}"
         if parent:
             all_tags["mlflow.parentRunId"] = parent
         run = retry(self.client.create_run, self.experiment_id(experiment), tags=all_tags, run_name=name)
@@ -355,6 +364,30 @@ class Ledger:
         self.log(run_id, tags=tags)
         for run in self.runs(CALIBRATION, f"tags.iteration_run = '{run_id}'"):
             self.log(run.info.run_id, tags=tags)
+
+
+HEADLINE_METRICS = ("link_calibrated.mape", "link_calibrated.bubble_mae_pp", "link_calibrated.rho_mean", "spec.mape",
+                    "spec.bubble_mae_pp", "spec.rho_mean", "replay.mape", "gate.violations")
+HEADLINE_TAGS = ("iteration", "outcome", "run_type", "gate")
+VIEW = "headline"
+
+
+def experiment_tags(eid: str) -> dict[str, str]:
+    """`mlflow.experimentKind` (MLflow 3.x UI: `custom_model_development` opens the training runs view, not the
+    GenAI traces view) and a shared view state whose columns are the headline metrics.
+
+    MLflow's runs table has no server-side default column set (its default is Source / Models / Dataset);
+    the shared view (`?viewStateShareKey=headline`, linked from the experiment description) is the UI's own
+    way to open the table with chosen columns.
+    """
+    view = {"selectedColumns": ["attributes.`Duration`", *(f"tags.`{t}`" for t in HEADLINE_TAGS),
+                                *(f"metrics.`{m}`" for m in HEADLINE_METRICS)],
+            "orderByKey": "attributes.start_time", "orderByAsc": False, "runsHiddenMode": "SHOW_ALL"}
+    note = (f"HOPS calibration ledger (autoresearch/README.md). Open the runs table with the headline columns "
+            f"(train MAPE, bubble MAE, rho per variant, gate violations, outcome): "
+            f"[headline view](#/experiments/{eid}?viewStateShareKey={VIEW}).")
+    return {"mlflow.experimentKind": "custom_model_development",
+            f"mlflow.sharedViewState.{VIEW}": json.dumps(view, sort_keys=True), "mlflow.note.content": note}
 
 
 def iteration_tags(run) -> dict[str, str]:

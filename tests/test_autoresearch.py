@@ -266,11 +266,21 @@ def test_search_refuses_anything_not_allowlisted_and_nests_trials(env, state, ca
 
 # --------------------------------------------------------------------------- ledger contents
 def test_runs_carry_the_documented_params_metrics_tags_and_artifacts(env, state, capsys):
-    assert run(capsys, "propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e")[0] == 0
+    assert run(capsys, "propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e",
+               "--title", "host NIC caps")[0] == 0
     assert run(capsys, "gate")[0] == 0
     book = ledger.Ledger()
     it = book.open_iteration()
     gate = book.get_run(it.data.tags["last_gate_run"])
+    n = it.data.tags["iteration"]
+    assert (it.info.run_name, gate.info.run_name) == (f"it{n} iteration: host NIC caps", f"it{n} gate: host NIC caps")
+    exp = book.client.get_experiment(gate.info.experiment_id)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # MLflow 3 UI: training runs view
+    view = json.loads(exp.tags["mlflow.sharedViewState.headline"])
+    assert {f"metrics.`{m}`" for m in ("link_calibrated.mape", "spec.mape", "link_calibrated.bubble_mae_pp",
+                                       "gate.violations")} <= set(view["selectedColumns"])
+    assert set(ledger.HEADLINE_METRICS) <= set(gate.data.metrics)
+    assert "viewStateShareKey=headline" in exp.tags["mlflow.note.content"]
     assert PROVENANCE <= set(gate.data.params)
     m = gate.data.metrics
     for key in ("spec.mape", "link_calibrated.bubble_mae_pp", "link_calibrated.rho_mean", "replay.mape",
