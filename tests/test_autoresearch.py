@@ -19,7 +19,7 @@ import autoresearch.validate as validate_mod
 from autoresearch import ledger
 from autoresearch.__main__ import main
 from autoresearch.gate import (GateConfig, checksum, citation_violations, golden_path, read_golden)
-from autoresearch.search import SearchError, load_allowlist
+from autoresearch.search import SearchError, allowlisted_paths, load_allowlist, select
 from hops.hardware import PRESET_DIR, Catalog, _normalize_overrides
 from hops.traces.guard import REFUSAL, SplitGuardError
 
@@ -251,6 +251,16 @@ def test_search_refuses_anything_not_allowlisted_and_nests_trials(env, state, ca
                                                       "high": 1, "rationale": "r"}]}}))
     with pytest.raises(SearchError, match="not a catalog path"):
         load_allowlist(bad)
+    entry = {"name": "c", "path": COEF, "low": 1.0, "high": 4.0, "rationale": "r"}
+    for bounds in (None, {"kind": "citation", "low": "datasheet peak"}, {"kind": "hunch", "low": "a", "high": "b"}):
+        bad.write_text(yaml.safe_dump({"spaces": {"x": [entry | ({"bounds": bounds} if bounds else {})]}}))
+        with pytest.raises(SearchError, match="bounds without a justification"):
+            select("x", path=bad)
+        assert COEF not in allowlisted_paths(bad), "an unjustified bound cannot back a `fit` citation either"
+    _, spaces = load_allowlist()
+    assert all(not p.unjustified for params in spaces.values() for p in params)
+    coef = next(p for p in spaces["compute"] if p.path == COEF)
+    assert coef.high < 2.65, "the measured ceiling of the compute coefficient on train (and far from 3)"
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     code, out, err = run(capsys, "search", "--space", "compute", "--only", "model.k_floor_ms", "--trials", "2",
                          "--storage", storage, "--seed", "3")
