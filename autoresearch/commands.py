@@ -99,6 +99,11 @@ def add_commands(sub) -> None:
     p.add_argument("--confirm-human", required=True, metavar="WHY", help="why a human is taking this checkpoint")
     p.set_defaults(func=run_checkpoint)
 
+    p = sub.add_parser("noise", help="run-to-run spread: archive duplicates against the train runs of the same config")
+    _fixtures(p)
+    p.add_argument("--json", metavar="PATH", help="also write the pairs and means as JSON")
+    p.set_defaults(func=run_noise)
+
     p = sub.add_parser("precommit", help="the pre-commit hook: run the gate when a staged file is a model or gate file")
     p.add_argument("files", nargs="*", help="staged files (pre-commit passes them)")
     _fixtures(p), _jobs(p)
@@ -129,6 +134,29 @@ def run_checkpoint(args) -> int:
 
     _replay()
     print(checkpoint(args.split, args.confirm_human, root=args.fixtures, jobs=args.jobs))
+    return 0
+
+
+def run_noise(args) -> int:
+    import json
+
+    from .noise import noise, render
+
+    n = noise(args.fixtures)
+    print(render(n))
+    if args.json:
+        doc = {"pairs": [{**p.__dict__, "throughput_pct": p.throughput_pct, "bubble_pp": p.bubble_pp} for p in n.pairs],
+               "throughput_pct_mean": n.throughput_pct_mean, "bubble_pp_mean": n.bubble_pp_mean,
+               "unpaired": n.unpaired}
+        try:
+            ledger.atomic_write(Path(args.json), json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        except (OSError, ValueError) as exc:
+            raise HopsError(f"--json {args.json}: cannot write ({exc})") from None
+    book = ledger.Ledger()
+    run = book.start_run(ledger.CALIBRATION, "noise", run_type="noise",
+                         params={"git_commit": ledger.git_commit(), "split": "archive+train"})
+    book.log(run, metrics=n.metrics())
+    book.finish(run)
     return 0
 
 

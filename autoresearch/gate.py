@@ -317,6 +317,7 @@ class GateResult:
     comparison: Comparison
     violations: list[str]
     notes: list[str]
+    noise: Any = None  # noise.Noise, computed only when there are score violations
 
     @property
     def passed(self) -> bool:
@@ -372,7 +373,24 @@ def run_gate(*, root=None, overrides=None, jobs: int = 1, split: str | None = No
             notes.append(f"{cfg.diagnostic_split} split not found under {root}: sanity check skipped")
         else:
             violations += [failure] if failure else (sanity(diagnostic) if diagnostic is not None else [])
-    return GateResult(cfg, golden, report, diagnostic, catalog, changes, overrides, comparison, violations, notes)
+    noise = None
+    if any(not v.startswith(("citation", "golden", "fixture set")) for v in violations):
+        noise, note = _noise_band(root)  # context for reading a violation; never a tolerance
+        notes += [note] if note else []
+    return GateResult(cfg, golden, report, diagnostic, catalog, changes, overrides, comparison, violations, notes,
+                      noise)
+
+
+def _noise_band(root):
+    from .noise import noise
+
+    try:
+        n = noise(root)
+    except FixtureError:
+        return None, f"no archive split under {root}: violations shown without the run-to-run noise band"
+    return n, (f"run-to-run noise (archive vs train, measured): mean {n.throughput_pct_mean:.2f} % throughput, "
+               f"{n.bubble_pp_mean:.2f} pp bubble over {len(n.pairs)} pair(s); context only, the tolerances "
+               f"are gate.yaml's")
 
 
 def render(result: GateResult, *, max_worse: int = 5) -> str:
@@ -421,7 +439,9 @@ def render(result: GateResult, *, max_worse: int = 5) -> str:
             kinds[kind] = kinds.get(kind, 0) + 1
         lines.append(f"FAIL: {len(result.violations)} violation(s) ("
                      + ", ".join(f"{n} {k}" for k, n in kinds.items()) + ")")
-        lines += [f"  - {x}" for x in result.violations]
+        from .noise import annotate
+
+        lines += [f"  - {x}" for x in annotate(result.violations, result.noise)]
     else:
         lines.append("PASS: every rule in gate.yaml holds")
     return "\n".join(lines)
