@@ -68,6 +68,9 @@ def add_commands(sub) -> None:
     p = sub.add_parser("admit", help="land the open iteration: re-run the gate, rewrite the golden file if it passes")
     _fixtures(p), _jobs(p)
     p.add_argument("--bootstrap", action="store_true", help="create the first golden file (only when none exists)")
+    p.add_argument("--redefine-metrics", action="store_true",
+                   help="land a metric-definition iteration: re-bootstrap the golden file from the same predictions "
+                        "(refused unless every fixture's throughput error is unchanged)")
     p.set_defaults(func=run_admit)
 
     p = sub.add_parser("revert", help="close the open iteration as reverted (or --blocked)")
@@ -498,6 +501,16 @@ def run_admit(args) -> int:
             stack.check_size(len(members))
         result = run_gate(root=args.fixtures, jobs=args.jobs, bootstrap=args.bootstrap)
         print(render(result))
+        if getattr(args, "redefine_metrics", False):
+            from .gate import same_predictions
+
+            moved = same_predictions(result)
+            if moved:
+                print("admit --redefine-metrics refused: a metric definition may change how runs are scored, not "
+                      "what is simulated or measured; throughput moved on:\n  " + "\n  ".join(moved[:10]))
+                return 1
+            # the golden comparison is what is being redefined; sanity, citation and checksum rules still hold
+            result.violations = [v for v in result.violations if v not in result.comparison.violations]
         if not result.passed:
             log_gate(result, "admit", book, iteration)
             print("admit refused: the gate does not pass on the current tree (fix it, park it, or close the "
