@@ -152,7 +152,8 @@ def model_change(golden: dict | None) -> list[str]:
     files = sorted({f for f in (diff + untracked).splitlines() if f and is_model_file(f)})
     if not files:
         return [f"model: no declared model file differs from the golden file's commit {commit[:12]}"
-                + ("" if now == was else f" (fingerprint {was} -> {now}: catalog values differ)")]
+                + ("" if now == was else f" (fingerprint {was} -> {now}: catalog values differ, or the golden "
+                                         f"file predates hops.provenance)")]
     same = " (comments/docstrings only: the fingerprint is unchanged)" if now == was else ""
     return [f"model: {len(files)} model file(s) changed since the golden file's commit {commit[:12]}: "
             + ", ".join(files[:8]) + (", ..." if len(files) > 8 else "") + f"; fingerprint {was} -> {now}{same}"]
