@@ -1,11 +1,14 @@
 """The calibration-loop commands, plugged into `python -m autoresearch` (see __main__.py).
 
 An iteration is one MLflow run (run_type=iteration) that `propose` opens with
-the hypothesis before any code changes and `admit` / `revert` close; every
-gate, observe or search run logged while it is open carries its tags, and
+the hypothesis before any code changes and `admit` / `park` / `revert` close;
+every gate, observe or search run logged while it is open carries its tags, and
 closing it rewrites the outcome tag on all of them so UI filters agree. Only
-one iteration is open at a time: the before -> after numbers of an iteration
-mean something only if nothing else landed in between.
+one iteration is open at a time (decided under ledger.state_lock): the before
+-> after numbers of an iteration mean something only if nothing else landed in
+between. Closing is one journaled transaction (journal.py), so a kill at any
+step is completed by the next command; parked diffs and stacks live in stack.py
+and worktree.py.
 
 Handlers return the exit code: 0 ok, 1 the gate said no (every violation is
 listed on stdout), 2 a user mistake (HopsError, one line on stderr).
@@ -382,18 +385,6 @@ def _close_effect(rec: dict, outcome: str, *, artifacts: dict | None = None) -> 
         tags["patch"] = rec["patch"]
     return {"kind": "mlflow", "run_id": rec["run_id"], "metrics": metrics, "tags": tags, "outcome": outcome,
             "status": "FINISHED" if outcome == "landed" else "KILLED", "artifacts": artifacts or {}}
-
-
-def close_iteration(book: ledger.Ledger, run, outcome: str, *, after: dict | None, before: dict | None = None,
-                    regressions=(), worse=(), reason: str = "", prov: dict | None = None) -> dict:
-    """Close one iteration (record, MLflow outcome on all its runs, LOG.md) as one journaled transaction."""
-    from .journal import run as transact
-
-    rec = _record(run, outcome, after=after, before=before, regressions=regressions, worse=worse, reason=reason,
-                  prov=prov)
-    transact(outcome, [{"kind": "append", "record": rec}, _close_effect(rec, outcome), {"kind": "log"}],
-             summary=f"iteration {rec['iteration']} {outcome}", book=book)
-    return rec
 
 
 def _require_open(book):
