@@ -1,4 +1,4 @@
-"""autoresearch: the calibration loop around HOPS (validate, observe, propose/gate/admit, search, checkpoint, log).
+"""autoresearch: the calibration loop around HOPS (validate, observe, propose/gate/admit/park/revert, noise, search, log).
 
 The package import is kept empty on purpose: `python -m autoresearch --help`
 and the split guard must work without loading pandas or the simulator, and a

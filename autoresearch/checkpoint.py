@@ -47,14 +47,11 @@ def read_checkpoints() -> list[dict]:
 
 
 def _record(entry: dict) -> None:
-    path = checkpoints_path()
-    with ledger.locked_append(path) as fh:  # read-modify-write under the file's own lock
-        with open(path) as cur:
-            text = cur.read().strip()
-        records = json.loads(text) if text else []
+    """Read-modify-write under the state lock, written atomically: a kill leaves the old list or the new one."""
+    with ledger.state_lock():
+        records = read_checkpoints()
         records.append(entry)
-        fh.truncate(0)
-        fh.write(json.dumps(records, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        ledger.atomic_write(checkpoints_path(), json.dumps(records, indent=1, sort_keys=True, allow_nan=False) + "\n")
 
 
 def previous(fingerprint: str, book: ledger.Ledger) -> dict | None:

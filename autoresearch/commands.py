@@ -1,11 +1,14 @@
 """The calibration-loop commands, plugged into `python -m autoresearch` (see __main__.py).
 
 An iteration is one MLflow run (run_type=iteration) that `propose` opens with
-the hypothesis before any code changes and `admit` / `revert` close; every
-gate, observe or search run logged while it is open carries its tags, and
+the hypothesis before any code changes and `admit` / `park` / `revert` close;
+every gate, observe or search run logged while it is open carries its tags, and
 closing it rewrites the outcome tag on all of them so UI filters agree. Only
-one iteration is open at a time: the before -> after numbers of an iteration
-mean something only if nothing else landed in between.
+one iteration is open at a time (decided under ledger.state_lock): the before
+-> after numbers of an iteration mean something only if nothing else landed in
+between. Closing is one journaled transaction (journal.py), so a kill at any
+step is completed by the next command; parked diffs and stacks live in stack.py
+and worktree.py.
 
 Handlers return the exit code: 0 ok, 1 the gate said no (every violation is
 listed on stdout), 2 a user mistake (HopsError, one line on stderr).
@@ -102,6 +105,16 @@ def add_commands(sub) -> None:
     p.add_argument("--confirm-human", required=True, metavar="WHY", help="why a human is taking this checkpoint")
     p.set_defaults(func=run_checkpoint)
 
+    p = sub.add_parser("noise", help="run-to-run spread: archive duplicates against the train runs of the same config")
+    _fixtures(p)
+    p.add_argument("--json", metavar="PATH", help="also write the pairs and means as JSON")
+    p.set_defaults(func=run_noise)
+
+    p = sub.add_parser("precommit", help="the pre-commit hook: run the gate when a staged file is a model or gate file")
+    p.add_argument("files", nargs="*", help="staged files (pre-commit passes them)")
+    _fixtures(p), _jobs(p)
+    p.set_defaults(func=run_precommit)
+
     p = sub.add_parser("log", help="render every iteration into autoresearch/LOG.md")
     p.set_defaults(func=run_log)
 
@@ -125,14 +138,54 @@ def run_search(args) -> int:
 def run_checkpoint(args) -> int:
     from .checkpoint import checkpoint
 
+    _replay()
     print(checkpoint(args.split, args.confirm_human, root=args.fixtures, jobs=args.jobs))
     return 0
+
+
+def run_noise(args) -> int:
+    import json
+
+    from .noise import noise, render
+
+    n = noise(args.fixtures)
+    print(render(n))
+    if args.json:
+        doc = {"pairs": [{**p.__dict__, "throughput_pct": p.throughput_pct, "bubble_pp": p.bubble_pp} for p in n.pairs],
+               "throughput_pct_mean": n.throughput_pct_mean, "bubble_pp_mean": n.bubble_pp_mean,
+               "unpaired": n.unpaired}
+        try:
+            ledger.atomic_write(Path(args.json), json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        except (OSError, ValueError) as exc:
+            raise HopsError(f"--json {args.json}: cannot write ({exc})") from None
+    book = ledger.Ledger()
+    run = book.start_run(ledger.CALIBRATION, "noise", run_type="noise",
+                         params={"git_commit": ledger.git_commit(), "split": "archive+train"})
+    book.log(run, metrics=n.metrics())
+    book.finish(run)
+    return 0
+
+
+def run_precommit(args) -> int:
+    """Derive the hook's file selection from hops.provenance.MODEL_FILES + gate.GATE_FILES (no regex to drift)."""
+    from .gate import needs_gate
+
+    hits = needs_gate(args.files)
+    if not hits:
+        print(f"autoresearch precommit: none of {len(args.files)} staged file(s) is a model or gate file; "
+              f"gate skipped")
+        return 0
+    print(f"autoresearch precommit: {len(hits)} model/gate file(s) staged ({', '.join(hits[:5])}"
+          f"{', ...' if len(hits) > 5 else ''}): running the gate")
+    args.set, args.split = None, None
+    return run_gate_cmd(args)
 
 
 def run_log(args) -> int:
     from .research_log import collect, write_log
 
     book = ledger.Ledger()
+    _replay(book)
     path = write_log(book)
     print(f"{path}: {len(collect(book))} iteration(s)")
     return 0
@@ -334,18 +387,6 @@ def _close_effect(rec: dict, outcome: str, *, artifacts: dict | None = None) -> 
             "status": "FINISHED" if outcome == "landed" else "KILLED", "artifacts": artifacts or {}}
 
 
-def close_iteration(book: ledger.Ledger, run, outcome: str, *, after: dict | None, before: dict | None = None,
-                    regressions=(), worse=(), reason: str = "", prov: dict | None = None) -> dict:
-    """Close one iteration (record, MLflow outcome on all its runs, LOG.md) as one journaled transaction."""
-    from .journal import run as transact
-
-    rec = _record(run, outcome, after=after, before=before, regressions=regressions, worse=worse, reason=reason,
-                  prov=prov)
-    transact(outcome, [{"kind": "append", "record": rec}, _close_effect(rec, outcome), {"kind": "log"}],
-             summary=f"iteration {rec['iteration']} {outcome}", book=book)
-    return rec
-
-
 def _require_open(book):
     iteration = book.open_iteration()
     if iteration is None:
@@ -428,7 +469,7 @@ def run_park(args) -> int:
 
 def run_admit(args) -> int:
     from . import stack
-    from .gate import GateConfig, build_golden, golden_path, render, run_gate
+    from .gate import GateConfig, build_golden, golden_path, golden_text, render, run_gate
     from .journal import run as transact
 
     book = ledger.Ledger()
@@ -499,10 +540,7 @@ def run_admit(args) -> int:
         n = int(iteration.data.tags["iteration"])
         prov = ledger.provenance(cfg.split, cfg.gated_variants)
         new = build_golden(result.report, cfg, catalog=result.catalog, iteration=n, prov=prov)
-        import json as _json
-
-        effects = [{"kind": "write", "path": f"golden/{cfg.split}.json",
-                    "text": _json.dumps(new, indent=1, sort_keys=True, allow_nan=False) + "\n"}]
+        effects = [{"kind": "write", "path": f"golden/{cfg.split}.json", "text": golden_text(new)}]
         worse = [m for _, m in result.comparison.worse[:10]]
         if members:
             stack_ids = [m.iteration for m in members]
@@ -564,6 +602,12 @@ def run_repair(args) -> int:
     book = ledger.Ledger()
     done = []
     with ledger.state_lock():
+        open_runs = book.open_runs()
+        if args.keep is not None and len(open_runs) > 1:  # refuse a wrong --keep before changing anything
+            match = [r for r in open_runs if int(r.data.tags.get("iteration", -1)) == args.keep]
+            if len(match) != 1:
+                nums = ", ".join(r.data.tags.get("iteration", "?") for r in open_runs)
+                raise HopsError(f"--keep {args.keep}: open iterations are {nums}; name exactly one")
         if args.drop_journal and journal_path().exists():
             journal_path().unlink()
             done.append("dropped the journal of an interrupted command")
@@ -594,11 +638,7 @@ def run_repair(args) -> int:
         if len(open_runs) > 1:
             keep = open_runs[0]
             if args.keep is not None:
-                match = [r for r in open_runs if int(r.data.tags.get("iteration", -1)) == args.keep]
-                if len(match) != 1:
-                    nums = ", ".join(r.data.tags.get("iteration", "?") for r in open_runs)
-                    raise HopsError(f"--keep {args.keep}: open iterations are {nums}; name exactly one")
-                keep = match[0]
+                keep = next(r for r in open_runs if int(r.data.tags.get("iteration", -1)) == args.keep)
             for run in open_runs:
                 if run.info.run_id != keep.info.run_id:
                     book.tag_iteration(run.info.run_id, {"outcome": "void", "reason": "opened by a propose race; "

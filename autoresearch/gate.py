@@ -28,6 +28,9 @@ from .fixtures import FixtureError, resolve_root
 from .scoring import aggregate
 
 CONFIG_PATH = ledger.PACKAGE / "gate.yaml"  # the shipped default; a state dir may hold its own
+# The gate's own rules and record: a commit touching them is gated like a model change.
+GATE_FILES = ("autoresearch/gate.py", "autoresearch/search.py", "autoresearch/gate.yaml", "autoresearch/citations.yaml",
+              "autoresearch/search_space.yaml", "autoresearch/golden/*.json")
 GOLDEN_SCHEMA = 1
 FIXTURE_KEYS = ("throughput_error_pct", "bubble_pp_delta", "util_spearman_rho")
 
@@ -112,13 +115,51 @@ def build_golden(report, cfg: GateConfig, *, catalog: dict, iteration: int, prov
     return doc
 
 
+def golden_text(doc: dict) -> str:
+    return json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
 def write_golden(doc: dict, split: str = "train") -> Path:
-    path = golden_path(split)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    tmp.replace(path)
-    return path
+    return ledger.atomic_write(golden_path(split), golden_text(doc))
+
+
+# --------------------------------------------------------------------------- model change
+def needs_gate(files) -> list[str]:
+    """The files (repo-relative) that make a commit a model change: MODEL_FILES or GATE_FILES."""
+    import fnmatch
+
+    from hops.provenance import is_model_file
+
+    out = []
+    for f in files:
+        rel = Path(f).as_posix().removeprefix("./")
+        if is_model_file(rel) or any(fnmatch.fnmatchcase(rel, p) and rel.count("/") == p.count("/")
+                                     for p in GATE_FILES):
+            out.append(rel)
+    return out
+
+
+def model_change(golden: dict | None) -> list[str]:
+    """Notes: which declared model files differ from the golden file's commit, and the fingerprints."""
+    from hops.provenance import is_model_file
+
+    if golden is None:
+        return []
+    commit = (golden.get("admitted") or {}).get("git_commit") or ""
+    now = ledger.model_fingerprint()
+    was = golden.get("model_fingerprint")
+    diff = ledger._git("diff", "--name-only", commit) if commit and commit != "unknown" else None
+    untracked = ledger._git("ls-files", "--others", "--exclude-standard")
+    if diff is None or untracked is None:
+        return [f"model: fingerprint {was} (golden) -> {now}; files not compared (commit {commit[:12]} unknown here)"]
+    files = sorted({f for f in (diff + untracked).splitlines() if f and is_model_file(f)})
+    if not files:
+        return [f"model: no declared model file differs from the golden file's commit {commit[:12]}"
+                + ("" if now == was else f" (fingerprint {was} -> {now}: catalog values differ, or the golden "
+                                         f"file predates hops.provenance)")]
+    same = " (comments/docstrings only: the fingerprint is unchanged)" if now == was else ""
+    return [f"model: {len(files)} model file(s) changed since the golden file's commit {commit[:12]}: "
+            + ", ".join(files[:8]) + (", ..." if len(files) > 8 else "") + f"; fingerprint {was} -> {now}{same}"]
 
 
 # --------------------------------------------------------------------------- citations
@@ -280,6 +321,7 @@ class GateResult:
     comparison: Comparison
     violations: list[str]
     notes: list[str]
+    noise: Any = None  # noise.Noise, computed only when there are score violations
 
     @property
     def passed(self) -> bool:
@@ -326,7 +368,7 @@ def run_gate(*, root=None, overrides=None, jobs: int = 1, split: str | None = No
             violations += comparison.violations
     changes = catalog_changes(golden["catalog"], catalog) if golden is not None else []
     violations += citation_violations(changes, load_citations(), cfg)
-    diagnostic, notes = None, list(comparison.notes)
+    diagnostic, notes = None, [*model_change(golden), *comparison.notes]
     if cfg.diagnostic_split:
         try:
             diagnostic, failure = evaluate(cfg.diagnostic_split, root=root, overrides=overrides,
@@ -335,7 +377,24 @@ def run_gate(*, root=None, overrides=None, jobs: int = 1, split: str | None = No
             notes.append(f"{cfg.diagnostic_split} split not found under {root}: sanity check skipped")
         else:
             violations += [failure] if failure else (sanity(diagnostic) if diagnostic is not None else [])
-    return GateResult(cfg, golden, report, diagnostic, catalog, changes, overrides, comparison, violations, notes)
+    noise = None
+    if any(not v.startswith(("citation", "golden", "fixture set")) for v in violations):
+        noise, note = _noise_band(root)  # context for reading a violation; never a tolerance
+        notes += [note] if note else []
+    return GateResult(cfg, golden, report, diagnostic, catalog, changes, overrides, comparison, violations, notes,
+                      noise)
+
+
+def _noise_band(root):
+    from .noise import noise
+
+    try:
+        n = noise(root)
+    except FixtureError:
+        return None, f"no archive split under {root}: violations shown without the run-to-run noise band"
+    return n, (f"run-to-run noise (archive vs train, measured): mean {n.throughput_pct_mean:.2f} % throughput, "
+               f"{n.bubble_pp_mean:.2f} pp bubble over {len(n.pairs)} pair(s); context only, the tolerances "
+               f"are gate.yaml's")
 
 
 def same_predictions(result: GateResult) -> list[str]:
@@ -406,7 +465,9 @@ def render(result: GateResult, *, max_worse: int = 5) -> str:
             kinds[kind] = kinds.get(kind, 0) + 1
         lines.append(f"FAIL: {len(result.violations)} violation(s) ("
                      + ", ".join(f"{n} {k}" for k, n in kinds.items()) + ")")
-        lines += [f"  - {x}" for x in result.violations]
+        from .noise import annotate
+
+        lines += [f"  - {x}" for x in annotate(result.violations, result.noise)]
     else:
         lines.append("PASS: every rule in gate.yaml holds")
     return "\n".join(lines)

@@ -45,9 +45,18 @@ def run(op: str, effects: list[dict], *, summary: str = "", book=None) -> None:
         journal_path().unlink(missing_ok=True)
 
 
+def sweep_temp_files() -> None:
+    """Remove temp files a killed atomic write left behind (their writer's pid is gone)."""
+    for tmp in ledger.state_dir().rglob(".*.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            tmp.unlink(missing_ok=True)
+
+
 def replay(book=None) -> str | None:
     """Finish an interrupted admit / revert / park, if any; returns what was completed."""
     with ledger.state_lock():
+        sweep_temp_files()
         doc = pending()
         if doc is None:
             return None

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from hops.errors import HopsError
-from hops.hardware import PRESET_DIR
+from hops import provenance as model_provenance
 
 from . import state
 
@@ -41,12 +41,9 @@ OUTCOMES = ("open", "landed", "reverted", "blocked", "parked", "void")
 CLOSED = ("landed", "reverted", "blocked", "parked")  # void: a run opened by a propose race, closed by `repair`
 ITERATION_TAGS = ("iteration", "title", "hypothesis", "change_site", "expected_effect", "outcome", "stack_on")
 
-# Everything whose bytes can move a prediction. The pre-commit hook's `files:` regex
-# mirrors this list (tests/test_autoresearch.py keeps the two in sync).
-MODEL_FILES = ("hops/api.py", "hops/compute.py", "hops/engine.py", "hops/hardware.py", "hops/metrics.py",
-               "hops/scenario.py", "hops/timeline.py", "hops/schedulers/*.py", "hops/traces/*.py",
-               "autoresearch/fixtures.py", "autoresearch/scoring.py", "autoresearch/validate.py",
-               "autoresearch/variants.py")
+# What can move a prediction is declared once, in hops.provenance.MODEL_FILES; the fingerprint, the
+# pre-commit hook (`python -m autoresearch precommit`) and the gate's "model changed" note derive from it.
+MODEL_FILES = model_provenance.MODEL_FILES
 
 
 class LedgerError(HopsError):
@@ -101,18 +98,12 @@ def git_diff_hash() -> str:
 
 
 def model_files() -> list[Path]:
-    return sorted({p for pattern in MODEL_FILES for p in REPO.glob(pattern)})
+    return model_provenance.model_files(REPO)
 
 
 def model_fingerprint(overrides: Mapping[str, Any] | Iterable[str] | None = None) -> str:
-    """Hash of model code + presets + overrides: equal fingerprints make identical predictions."""
-    h = hashlib.sha256()
-    for path in [*model_files(), *sorted(PRESET_DIR.glob("*.yaml"))]:
-        rel = path.relative_to(REPO) if path.is_relative_to(REPO) else Path("hops/presets") / path.name
-        h.update(str(rel).encode() + b"\0")
-        h.update(path.read_bytes() + b"\0")
-    h.update(json.dumps(normalize_overrides(overrides), sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
+    """hops.provenance.model_fingerprint: the same value summary.json carries for the same catalog."""
+    return model_provenance.model_fingerprint(normalize_overrides(overrides) or None)
 
 
 def normalize_overrides(overrides) -> dict:
@@ -179,6 +170,7 @@ def atomic_write(path: Path, text: str) -> Path:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
+    crash_point(f"write:{path.name}")
     os.replace(tmp, path)
     fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -288,12 +280,21 @@ class Ledger:
                     eid = exp.experiment_id
             else:
                 eid = exp.experiment_id
+            self._dress(eid, exp.tags if exp is not None else {})
             self._experiments[name] = eid
         return self._experiments[name]
+
+    def _dress(self, eid: str, tags: Mapping[str, str]) -> None:
+        """Tags that make MLflow 3's UI read the experiment as model development, with the headline columns."""
+        for key, value in experiment_tags(eid).items():
+            if tags.get(key) != value:
+                retry(self.client.set_experiment_tag, eid, key, value)
 
     def start_run(self, experiment: str, name: str, *, run_type: str, params: Mapping[str, Any] | None = None,
                   tags: Mapping[str, Any] | None = None, parent: str | None = None) -> str:
         all_tags = {"run_type": run_type, **{k: str(v) for k, v in (tags or {}).items()}}
+        if run_type != "iteration" and "iteration" in all_tags and not name.startswith("it"):
+            name = f"it{all_tags['iteration']} {name}: {all_tags.get('title') or all_tags.get('hypothesis', '')[:48]}"
         if parent:
             all_tags["mlflow.parentRunId"] = parent
         run = retry(self.client.create_run, self.experiment_id(experiment), tags=all_tags, run_name=name)
@@ -365,6 +366,30 @@ class Ledger:
         self.log(run_id, tags=tags)
         for run in self.runs(CALIBRATION, f"tags.iteration_run = '{run_id}'"):
             self.log(run.info.run_id, tags=tags)
+
+
+HEADLINE_METRICS = ("link_calibrated.mape", "link_calibrated.bubble_mae_pp", "link_calibrated.rho_mean", "spec.mape",
+                    "spec.bubble_mae_pp", "spec.rho_mean", "replay.mape", "gate.violations")
+HEADLINE_TAGS = ("iteration", "outcome", "run_type", "gate")
+VIEW = "headline"
+
+
+def experiment_tags(eid: str) -> dict[str, str]:
+    """`mlflow.experimentKind` (MLflow 3.x UI: `custom_model_development` opens the training runs view, not the
+    GenAI traces view) and a shared view state whose columns are the headline metrics.
+
+    MLflow's runs table has no server-side default column set (its default is Source / Models / Dataset);
+    the shared view (`?viewStateShareKey=headline`, linked from the experiment description) is the UI's own
+    way to open the table with chosen columns.
+    """
+    view = {"selectedColumns": ["attributes.`Duration`", *(f"tags.`{t}`" for t in HEADLINE_TAGS),
+                                *(f"metrics.`{m}`" for m in HEADLINE_METRICS)],
+            "orderByKey": "attributes.start_time", "orderByAsc": False, "runsHiddenMode": "SHOW_ALL"}
+    note = (f"HOPS calibration ledger (autoresearch/README.md). Open the runs table with the headline columns "
+            f"(train MAPE, bubble MAE, rho per variant, gate violations, outcome): "
+            f"[headline view](#/experiments/{eid}?viewStateShareKey={VIEW}).")
+    return {"mlflow.experimentKind": "custom_model_development",
+            f"mlflow.sharedViewState.{VIEW}": json.dumps(view, sort_keys=True), "mlflow.note.content": note}
 
 
 def iteration_tags(run) -> dict[str, str]:

@@ -101,7 +101,7 @@ def render_record(r: dict) -> str:
     lines += [f"  - {x}" for x in regs[:20]] + ([f"  - … {len(regs) - 20} more"] if len(regs) > 20 else [])
     worse = r.get("worse_within_tolerance") or []
     if worse:
-        lines.append(f"- **Worse within tolerance (largest):** " + "; ".join(worse[:5]))
+        lines.append("- **Worse within tolerance (largest):** " + "; ".join(worse[:5]))
     return "\n".join(lines) + "\n"
 
 

@@ -45,6 +45,23 @@ class Param:
     rationale: str
     log: bool = False
     step: float | None = None
+    unjustified: str = ""  # why the bounds' justification is incomplete ("" = justified)
+
+
+BOUND_KINDS = ("citation", "measurement")
+
+
+def bounds_problem(entry: dict) -> str:
+    """What is missing from an entry's `bounds` justification (a citation or a measurement per bound)."""
+    b = entry.get("bounds")
+    if not isinstance(b, dict):
+        return "no `bounds` justification (kind: citation|measurement, low: why, high: why)"
+    missing = [k for k in ("kind", "low", "high") if not str(b.get(k) or "").strip()]
+    if missing:
+        return f"`bounds` lacks {', '.join(missing)}"
+    if b["kind"] not in BOUND_KINDS:
+        return f"`bounds.kind` {b['kind']!r} is not one of {', '.join(BOUND_KINDS)}"
+    return ""
 
 
 def load_allowlist(path: Path | None = None) -> tuple[dict, dict[str, list[Param]]]:
@@ -75,13 +92,14 @@ def load_allowlist(path: Path | None = None) -> tuple[dict, dict[str, list[Param
             if not low < high or (e.get("log") and low <= 0):
                 raise SearchError(f"{where}: bounds [{low}, {high}] are empty (or not positive for log: true)")
             params.append(Param(e["name"], e["path"], low, high, str(e["rationale"]), bool(e.get("log")),
-                                float(e["step"]) if e.get("step") else None))
+                                float(e["step"]) if e.get("step") else None, bounds_problem(e)))
         spaces[space] = params
     return weights, spaces
 
 
 def allowlisted_paths(path: Path | None = None) -> set[str]:
-    return {p.path for params in load_allowlist(path)[1].values() for p in params}
+    """Paths a `fit` citation may cite: declared with justified bounds."""
+    return {p.path for params in load_allowlist(path)[1].values() for p in params if not p.unjustified}
 
 
 def select(space: str, only=None, path: Path | None = None) -> tuple[dict, list[Param]]:
@@ -90,6 +108,10 @@ def select(space: str, only=None, path: Path | None = None) -> tuple[dict, list[
         raise SearchError(f"unknown space {space!r}; allowlisted spaces: {', '.join(spaces) or 'none'} "
                           f"({Path(path or state.config_path(SPACE_PATH.name)).name})")
     params = spaces[space]
+    bad = [f"{p.name} ({p.path}): {p.unjustified}" for p in params if p.unjustified]
+    if bad:
+        raise SearchError(f"space {space!r} in {Path(path or SPACE_PATH).name} has bounds without a justification, "
+                          f"so its search would not be held to physics: " + "; ".join(bad))
     if only:
         declared = {p.path: p for p in params}
         for item in only:

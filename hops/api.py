@@ -11,6 +11,7 @@ from . import engine, outputs
 from .compute import stage_layers
 from .hardware import Catalog, Topology
 from .metrics import summarize
+from .provenance import model_fingerprint
 from .scenario import Scenario, load_scenario
 from .timeline import Timeline
 
@@ -68,7 +69,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "peak_in_flight": res.peak_in_flight,
         "link_contention": res.link_stats,
         "activation_mb": res.extras["activation_mb"],
-        "model_fingerprint": catalog.fingerprint(),
+        "model_fingerprint": model_fingerprint(catalog),  # the same value the calibration ledger records
     })
     summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"]))
     # the same for a dict, an OmegaConf config or a file; write_summary() adds the file it came from

@@ -8,7 +8,9 @@ it scores is the copy's code and presets, exactly as for a user.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -97,3 +99,74 @@ def clone(template: Path, template_db: Path, fixtures: Path, dest: Path) -> Cli:
     if art.is_dir():
         shutil.copytree(art, dest / "ledger" / "artifacts")
     return Cli(repo, dest / "ledger" / template_db.name, fixtures)
+
+
+# --------------------------------------------------------------------------- a model two corrections behind
+TRAIN = ("exp2_13_a10g_pair_pp2_run135", "exp2_14_l4_pair_pp2_run137")
+DIAGNOSTIC = "exp3_47_diag_pp3_gpipe_a10g_h100_l4_run371"
+MODEL = "hops/presets/model.yaml"
+
+
+def edit(repo: Path, rel: str, old: str, new: str) -> None:
+    f = repo / rel
+    text = f.read_text()
+    assert old in text, (rel, old)
+    f.write_text(text.replace(old, new, 1))
+
+
+def tie(repo: Path) -> None:
+    """Correction A: Megatron ties the input and output embeddings (their gradients are all-reduced)."""
+    edit(repo, MODEL, "tied_embeddings: false", "tied_embeddings: true")
+
+
+def fp32(repo: Path) -> None:
+    """Correction B: those gradients are all-reduced in fp32."""
+    edit(repo, MODEL, "embedding_grad_bytes_per_element: 2", "embedding_grad_bytes_per_element: 4")
+
+
+def make_template(fixtures_root: Path, base: Path) -> Cli:
+    """A scratch repo whose model lacks corrections A and B, its golden file bootstrapped and committed.
+
+    Restoring either correction is a measured improvement of every gated aggregate on the two
+    fixtures, so tests can park, stack and land real changes.
+    """
+    repo = copy_repo(base / "repo")
+    edit(repo, MODEL, "tied_embeddings: true", "tied_embeddings: false")
+    edit(repo, MODEL, "embedding_grad_bytes_per_element: 4", "embedding_grad_bytes_per_element: 2")
+    commit(repo, "a model two corrections behind")
+    root = link_fixtures(fixtures_root, base / "fixtures", TRAIN, DIAGNOSTIC)
+    cli = Cli(repo, base / "ledger" / "mlflow.db", root)
+    code, out, err = cli("admit", "--bootstrap")
+    assert code == 0, out + err
+    commit(repo, "golden file")
+    return cli
+
+
+# --------------------------------------------------------------------------- reading a scratch repo's state
+def propose(cli, title, *extra):
+    code, out, err = cli("propose", "--hypothesis", f"{title}: a physical correction", "--change-site", MODEL,
+                         "--expect", "MAPE and bubble MAE down", "--title", title, *extra)
+    assert code == 0, out + err
+    return int(re.search(r"opened iteration (\d+)", out).group(1))
+
+
+def records(cli) -> list[dict]:
+    p = cli.repo / "autoresearch" / "iterations.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+def latest(cli, n: int) -> dict:
+    return [r for r in records(cli) if r["iteration"] == n][-1]
+
+
+def dirty(cli) -> list[str]:
+    """Paths changed against HEAD that are not calibration state."""
+    lines = git(cli.repo, "status", "--porcelain", "--untracked-files=all").splitlines()
+    state = ("autoresearch/iterations.jsonl", "autoresearch/LOG.md", "autoresearch/golden/", "autoresearch/patches/")
+    return [x[3:] for x in lines if not x[3:].startswith(state)]
+
+
+def golden(cli) -> dict:
+    return json.loads((cli.repo / "autoresearch" / "golden" / "train.json").read_text())
+
+

@@ -8,78 +8,21 @@ the golden file is bootstrapped from that, so restoring each correction is a
 real, measured improvement that the tests can stack.
 """
 import json
-import re
-from pathlib import Path
 
 import pytest
 
 import arscratch
-
-TRAIN = ("exp2_13_a10g_pair_pp2_run135", "exp2_14_l4_pair_pp2_run137")
-DIAGNOSTIC = "exp3_47_diag_pp3_gpipe_a10g_h100_l4_run371"
-MODEL = "hops/presets/model.yaml"
-
-
-def edit(repo: Path, rel: str, old: str, new: str) -> None:
-    f = repo / rel
-    text = f.read_text()
-    assert old in text, (rel, old)
-    f.write_text(text.replace(old, new, 1))
-
-
-def tie(repo):  # correction A: Megatron ties the input and output embeddings
-    edit(repo, MODEL, "tied_embeddings: false", "tied_embeddings: true")
-
-
-def fp32(repo):  # correction B: the embedding gradients are all-reduced in fp32
-    edit(repo, MODEL, "embedding_grad_bytes_per_element: 2", "embedding_grad_bytes_per_element: 4")
+from arscratch import MODEL, dirty, edit, fp32, golden, latest, propose, records, tie
 
 
 @pytest.fixture(scope="module")
 def template(fixtures_root, tmp_path_factory):
-    base = tmp_path_factory.mktemp("stack-template")
-    repo = arscratch.copy_repo(base / "repo")
-    edit(repo, MODEL, "tied_embeddings: true", "tied_embeddings: false")
-    edit(repo, MODEL, "embedding_grad_bytes_per_element: 4", "embedding_grad_bytes_per_element: 2")
-    arscratch.commit(repo, "a model two corrections behind")
-    root = arscratch.link_fixtures(fixtures_root, base / "fixtures", TRAIN, DIAGNOSTIC)
-    cli = arscratch.Cli(repo, base / "ledger" / "mlflow.db", root)
-    code, out, err = cli("admit", "--bootstrap")
-    assert code == 0, out + err
-    arscratch.commit(repo, "golden file")
-    return cli
+    return arscratch.make_template(fixtures_root, tmp_path_factory.mktemp("stack-template"))
 
 
 @pytest.fixture
 def cli(template, tmp_path):
     return arscratch.clone(template.repo, template.db, template.fixtures, tmp_path)
-
-
-def propose(cli, title, *extra):
-    code, out, err = cli("propose", "--hypothesis", f"{title}: a physical correction", "--change-site", MODEL,
-                         "--expect", "MAPE and bubble MAE down", "--title", title, *extra)
-    assert code == 0, out + err
-    return int(re.search(r"opened iteration (\d+)", out).group(1))
-
-
-def records(cli) -> list[dict]:
-    p = cli.repo / "autoresearch" / "iterations.jsonl"
-    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
-
-
-def latest(cli, n: int) -> dict:
-    return [r for r in records(cli) if r["iteration"] == n][-1]
-
-
-def dirty(cli) -> list[str]:
-    """Paths changed against HEAD that are not calibration state."""
-    lines = arscratch.git(cli.repo, "status", "--porcelain", "--untracked-files=all").splitlines()
-    state = ("autoresearch/iterations.jsonl", "autoresearch/LOG.md", "autoresearch/golden/", "autoresearch/patches/")
-    return [x[3:] for x in lines if not x[3:].startswith(state)]
-
-
-def golden(cli) -> dict:
-    return json.loads((cli.repo / "autoresearch" / "golden" / "train.json").read_text())
 
 
 def park_a(cli) -> int:

@@ -1,0 +1,63 @@
+"""Specifications for the noise floor: archive duplicates against train runs of the same configuration.
+
+Measured values only: the spread must equal what hops.metrics computes from the two traces directly.
+"""
+import math
+
+import pytest
+
+from autoresearch.__main__ import main
+from autoresearch.noise import Noise, Pair, annotate, config_key, noise
+from hops.metrics import summarize
+from hops.traces import load_trace
+
+TRAIN = ("exp2_9_g_only_pp4_run107", "exp2_8_h100_pair_pp2_run105")
+ARCHIVE = ("exp2_9_g_only_pp4_run65", "exp2_8_h100_pair_pp2_run63", "exp1_1_all_nodes_run15")
+
+
+@pytest.fixture(scope="module")
+def root(fixtures_root, tmp_path_factory):
+    r = tmp_path_factory.mktemp("noise")
+    for split, ids in (("train", TRAIN), ("archive", ARCHIVE)):
+        for fid in ids:
+            d = r / split / "cluster_results" / fid
+            d.parent.mkdir(parents=True, exist_ok=True)
+            d.symlink_to(fixtures_root / split / "cluster_results" / fid)
+    return r
+
+
+def test_pairs_are_archive_runs_of_a_train_configuration_measured_by_the_metrics_code(root):
+    n = noise(root)
+    assert {(p.archive, p.train) for p in n.pairs} == {(ARCHIVE[0], TRAIN[0]), (ARCHIVE[1], TRAIN[1])}
+    assert n.unpaired == ["exp1_1_all_nodes_run15"]
+    for p in n.pairs:
+        a = summarize(load_trace(root / "archive" / "cluster_results" / p.archive))
+        t = summarize(load_trace(root / "train" / "cluster_results" / p.train))
+        thr_a, thr_t = a["throughput"]["microbatches_per_s"], t["throughput"]["microbatches_per_s"]
+        assert p.throughput_pct == pytest.approx((thr_a - thr_t) / thr_t * 100)
+        assert p.bubble_pp == pytest.approx((a["bubble_ratio"] - t["bubble_ratio"]) * 100)
+    assert n.throughput_pct_mean == pytest.approx(sum(abs(p.throughput_pct) for p in n.pairs) / 2)
+    assert 0 < n.throughput_pct_mean < 10 and 0 <= n.bubble_pp_mean < 5, "duplicates of a config agree closely"
+    assert config_key("exp2_9_g_only_pp4_run65") == config_key("exp2_9_g_only_pp4_run107") == "exp2_9_g_only_pp4"
+
+
+def test_noise_command_prints_every_pair_and_the_means(root, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'l.db'}")
+    assert main(["noise", "--fixtures", str(root), "--json", str(tmp_path / "noise.json")]) == 0
+    out = capsys.readouterr().out
+    assert "exp2_9_g_only_pp4" in out and "exp2_8_h100_pair_pp2" in out and "mean |spread|" in out
+    assert "exp1_1_all_nodes_run15" in out.splitlines()[-1]
+    assert (tmp_path / "noise.json").read_text().count('"archive"') == 2
+    assert main(["noise", "--fixtures", str(tmp_path / "none")]) == 2
+
+
+def test_gate_violations_are_printed_beside_the_noise_band():
+    n = Noise([Pair("exp2_9_g_only_pp4", "exp2_9_g_only_pp4_run65", "exp2_9_g_only_pp4_run107", 9.0, 10.0, 0.3, 0.29)])
+    v = ["exp2_9_g_only_pp4_run107: spec |throughput error| 1.00% -> 4.00% (+3.00) exceeds the 2 tolerance",
+         "exp2_33_all_nodes_seq4096_run197: spec |bubble delta| 1.00 pp -> 4.00 pp (+3.00) exceeds the 2 tolerance",
+         "spec: aggregate MAPE 10.000 -> 11.000 (higher is worse; allowed 0)"]
+    out = annotate(v, n)
+    assert out[0].endswith("[run-to-run noise of this config: 10.00 % thr, 1.00 pp bubble]")
+    assert "no duplicate of this config; suite noise mean 10.00 % thr" in out[1]
+    assert out[2] == v[2], "aggregate violations carry no per-config band"
+    assert annotate(v, None) == v and not math.isnan(n.bubble_pp_mean)
