@@ -258,9 +258,10 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
     dev_over = _parse_device_overrides(overrides, device_ids)
 
     out = top.reader("output")
-    out.check_keys({"dir", "plots", "events", "chrome_trace"})
+    out.check_keys({"dir", "plots", "events", "chrome_trace", "mlflow"})
     output = {"dir": out.get("dir", str, None), "plots": out.get("plots", bool, True),
-              "events": out.get("events", bool, True), "chrome_trace": out.get("chrome_trace", bool, True)}
+              "events": out.get("events", bool, True), "chrome_trace": out.get("chrome_trace", bool, True),
+              "mlflow": out.get("mlflow", bool, False)}  # acted on by the run app (hops/run_mlflow.py) only
 
     host = pipe.data.get("host_overhead")
     scenario = Scenario(
