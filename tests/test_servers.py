@@ -389,13 +389,15 @@ def ray_cluster(tmp_path_factory):
     ray = need(shutil.which("ray", path=str(BIN)), "ray (pip install -e '.[ray]')")
     need_module("hydra_plugins.hydra_ray_launcher", "hydra-ray-launcher (pip install -e '.[ray]')")
     unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
-    need(unshare and nsenter and os.geteuid() == 0, "root with unshare/nsenter (a private network namespace)")
+    ip = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin")
+    need(unshare and nsenter and ip and os.geteuid() == 0,
+         "root with unshare/nsenter (util-linux) and ip (iproute2), for a private network namespace")
     temp = Path(tempfile.mkdtemp(prefix="hops-ray-"))  # short: Ray's unix socket paths must fit 107 bytes
     log, port = temp / "head.log", 6379  # the namespace is private: the default port is free there
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [unshare, "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", "sh", "-c",
-             f"ip link set lo up && exec {ray} start --head --block --port={port} --num-cpus=2 "
+             f"{ip} link set lo up && exec {ray} start --head --block --port={port} --num-cpus=2 "
              f"--object-store-memory=100000000 --include-dashboard=false --disable-usage-stats --temp-dir={temp}"],
             stdout=out, stderr=subprocess.STDOUT, env=env_with())
     try:
