@@ -1,10 +1,12 @@
 """Discrete-event engine: runs a scheduler over a pipeline and records a Timeline.
 
-One heap of (time, seq, event) tuples drives the run. An event touches at most the stage
-it concerns, and only that stage (or the stages sharing its device) is asked for new work,
-so the cost per task stays flat as pipelines grow. All randomness is drawn up front, per
-component, from Generators spawned from the scenario seed: the same seed gives the same
-bytes out, independent of event interleaving.
+This module sets a run up (layout, links, drawn durations, the scheduler) and loops over
+iterations; the event steps themselves (compute end, transfer arrival, iteration end) are
+in hops.engine_core, each a small method over explicit state. An event touches at most the
+stage it concerns (or the stages sharing its device), and setup is one pass over stages and
+the links actually used, so time and memory grow linearly with tasks, stages and links.
+All randomness is drawn up front, per component, from Generators spawned from the scenario
+seed: the same seed gives the same bytes out, independent of event interleaving.
 
 Link policy: each directed link is a FIFO resource; a transfer that finds its link busy
 waits (serialization), and the wait is counted as contention. Forward activations and
@@ -17,31 +19,36 @@ per-iteration host/framework overhead elapses, every stage steps its optimizer, 
 next iteration starts when the slowest step is done. The overhead sits
 before the optimizer, where the traces show it, so the last iteration's overhead falls
 inside the measured window as it does for a trace.
+
+Size ceiling (refused up front, before anything is drawn): at most MAX_STAGES stages and
+MAX_TASKS compute tasks per run. benchmarks/engine_bench.py measures about 10^5 tasks/s and
+~1 KB per task, so the ceiling is a run of a few minutes and a few GB, not a hang.
 """
 from __future__ import annotations
 
-import heapq
-from itertools import chain
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from .collectives import data_parallel_allreduce_ms, tied_embedding_sync_ms
 from .compute import ComputeModel, draw, lognormal_unit
-from .errors import HopsError
+from .engine_core import _B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration
+from .errors import HopsError, ScenarioError
 from .hardware import Catalog, Topology
-from .schedulers import PipelineMeta, Scheduler, SchedulerState, resolve_scheduler
+from .schedulers import PipelineMeta, Scheduler, resolve_scheduler
 from .timeline import Timeline
 
 # RNG streams: one child of the scenario seed per component, in this fixed order.
 STREAMS = ("compute", "comm", "host", "failure", "straggler")
-PHASE_CODES = ("F", "B", "W", "BW")
-_F, _B, _W, _BW = range(4)
 SPLIT_NEVER, SPLIT_ALWAYS, SPLIT_EITHER = range(3)  # per-stage backward modes (see split_modes)
+MAX_STAGES = 16384
+MAX_TASKS = 20_000_000
 
 
-class SchedulerError(HopsError, RuntimeError):
-    """A scheduler asked for something impossible (a task that is not ready, or two at once)."""
+class EngineSizeError(ScenarioError):
+    """The run is beyond the engine's documented ceiling (refused before any work is done)."""
 
 
 @dataclass
@@ -52,6 +59,18 @@ class EngineResult:
     peak_in_flight: list[int]
     link_stats: dict
     extras: dict = field(default_factory=dict)
+
+
+def check_size(scenario) -> None:
+    """Refuse a run above the ceiling up front, naming the field and the bound."""
+    p, m, iters = scenario.n_stages, scenario.microbatches, scenario.batches
+    if p > MAX_STAGES:
+        raise EngineSizeError("pipeline.stages", f"{p} stages; the engine runs at most {MAX_STAGES}")
+    tasks = 3 * p * m * iters
+    if tasks > MAX_TASKS:
+        raise EngineSizeError("simulation.microbatches", f"{p} stages x {m} microbatches x {iters} batches is up to "
+                              f"{tasks:,} compute tasks; the engine runs at most {MAX_TASKS:,} "
+                              "(lower microbatches or batches)")
 
 
 def rng_streams(seed: int) -> dict[str, np.random.Generator]:
@@ -70,21 +89,24 @@ def activation_mb(scenario, catalog: Catalog) -> float:
 
 
 def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topology | None = None) -> EngineResult:
+    """Simulate every iteration of the scenario; the steps live in hops.engine_core."""
     seed = scenario.seed if seed is None else int(seed)
+    check_size(scenario)
     topo = topology or Topology(scenario, catalog)
     compute = ComputeModel(scenario, topo, catalog)
     rngs = rng_streams(seed)
     p, m, iters = scenario.n_stages, scenario.microbatches, scenario.batches
     stage_dev = [st.device for st in scenario.stages]
-    dev_ids = sorted(set(stage_dev), key=stage_dev.index)
+    dev_ids = list(dict.fromkeys(stage_dev))  # in order of first use
     dev_index = {d: k for k, d in enumerate(dev_ids)}
     sdev = [dev_index[d] for d in stage_dev]
-    stages_on_dev = [[s for s in range(p) if sdev[s] == k] for k in range(len(dev_ids))]
-    shared_devices = len(dev_ids) < p
+    stages_on_dev: list[list[int]] = [[] for _ in dev_ids]
+    for s, k in enumerate(sdev):
+        stages_on_dev[k].append(s)
     msg_mb = activation_mb(scenario, catalog)
 
     # Links along the pipeline, both directions: fwd[s] is s -> s+1, bwd[s] is s -> s-1.
-    links, link_names = [], []
+    links, link_index = [], {}
 
     def link_id(a: int, b: int):
         if stage_dev[a] == stage_dev[b]:
@@ -92,10 +114,10 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         lp = topo.link(stage_dev[a], stage_dev[b])
         if lp is None:
             raise HopsError(f"no link from {stage_dev[a]} to {stage_dev[b]}")
-        if lp.name not in link_names:
-            link_names.append(lp.name)
+        if lp.name not in link_index:
+            link_index[lp.name] = len(links)
             links.append(lp)
-        return link_names.index(lp.name)
+        return link_index[lp.name]
 
     fwd_link = [link_id(s, s + 1) if s < p - 1 else None for s in range(p)]
     bwd_link = [link_id(s, s - 1) if s > 0 else None for s in range(p)]
@@ -111,8 +133,6 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     smode = split_modes(sched.split_backward, p, sched.name)
     split = bool(smode[0]) if len(set(smode)) == 1 and smode[0] != SPLIT_EITHER else \
         ["either" if v == SPLIT_EITHER else bool(v) for v in smode]
-    bwd_codes = [({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode]  # accepted backward tasks
-    either = [v == SPLIT_EITHER for v in smode]
 
     n_total = iters * m
     samples = compute.sample(rngs["compute"], n_total)
@@ -125,173 +145,31 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             factor = stragglers.get(stage_dev[s], 1.0)
             if factor != 1.0:
                 samples[s] = {ph: arr * factor for ph, arr in samples[s].items()}
-    dur = [[samples[s][ph] for ph in PHASE_CODES] for s in range(p)]
-    dur = [[arr.tolist() for arr in row] for row in dur]
-    base_ms = [lp.transfer_ms(msg_mb) for lp in links]
-    uses = [(fwd_link + bwd_link).count(k) * n_total for k in range(len(links))]
-    noise = [lognormal_unit(rngs["comm"], lp.jitter, uses[k]).tolist() if lp.jitter > 0 else None
-             for k, lp in enumerate(links)]
-    noise_pos = [0] * len(links)
+    layout = Layout(
+        n_stages=p, n_microbatches=m, sdev=sdev, stages_on_dev=stages_on_dev, fwd_link=fwd_link,
+        bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
+        bwd_codes=[({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode],
+        either=[v == SPLIT_EITHER for v in smode], tasks_per_stage=[m * (3 if v else 2) for v in smode])
+    uses = Counter(k for k in chain(fwd_link, bwd_link) if k is not None)
+    links_state = Links([lp.transfer_ms(msg_mb) for lp in links],
+                        [lognormal_unit(rngs["comm"], lp.jitter, uses[k] * n_total).tolist() if lp.jitter > 0
+                         else None for k, lp in enumerate(links)])
     host = (draw(scenario.host_overhead, rngs["host"], iters).tolist() if scenario.host_overhead is not None
             else [0.0] * iters)
-
-    comp_rows: list[tuple] = []   # (stage, global mb, phase code, start, end, iteration)
-    xfer_rows: list[tuple] = []   # (link, stage, global mb, phase code, start, end, iteration)
-    other_rows: list[tuple] = []  # (kind, stage, phase, start, end, iteration)
-    link_free = [0.0] * len(links)
-    link_count = [0] * len(links)
-    link_contended = [0] * len(links)
-    link_wait = [0.0] * len(links)
-    peak_in_flight = [0] * p
     opt_ms = _optimizer_ms(scenario, compute, catalog)
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
     sync_ms = tied_embedding_sync_ms(scenario, catalog, topo)
 
-    heappush, heappop = heapq.heappush, heapq.heappop
+    record = Record(p)
     t_iter = 0.0
     for it in range(iters):
-        st = SchedulerState(p, m, it)
-        f_ready, b_ready, w_ready = st.f_ready, st.b_ready, st.w_ready
-        n_f, n_b, n_w, started, in_flight = st.n_f, st.n_b, st.n_w, st.started, st.in_flight
-        for j in range(m):
-            f_ready[0][j] = 1
-        dev_busy = [False] * len(dev_ids)
-        remaining = [m * (3 if smode[s] else 2) for s in range(p)]  # "either" stages: -1 per fused BW
-        stage_end = [t_iter] * p
-        heap: list = []
-        seq = 0
-        off = it * m
-        next_tasks = sched.next_tasks
+        stage_end = Iteration(layout, links_state, record, sched, it, t_iter).run(t_iter)
+        t_iter = end_iteration(record, it, t_iter, stage_end, ar_ms, sync_ms, host[it], opt_ms)
 
-        def try_start(s: int, now: float) -> None:
-            nonlocal seq
-            st.stage = s
-            st.now = now
-            tasks = next_tasks(st)
-            if not tasks:
-                return
-            if len(tasks) > 1:
-                raise SchedulerError(f"scheduler {sched.name!r} returned {len(tasks)} tasks for stage {s}; "
-                                     "a stage runs one task at a time")
-            phase, j = tasks[0]
-            if phase == "F":
-                if not f_ready[s][j]:
-                    raise SchedulerError(f"scheduler {sched.name!r} started F{j} on stage {s} before its input")
-                f_ready[s][j] = 0
-                n_f[s] += 1
-                in_flight[s] += 1
-                if in_flight[s] > peak_in_flight[s]:
-                    peak_in_flight[s] = in_flight[s]
-                code = _F
-            elif phase == "W":
-                if not w_ready[s][j]:  # set only when this microbatch's B finished
-                    raise SchedulerError(f"scheduler {sched.name!r} started W{j} on stage {s} before its B")
-                w_ready[s][j] = 0
-                n_w[s] += 1
-                code = _W
-            else:
-                code = bwd_codes[s].get(phase)
-                if code is None or not b_ready[s][j]:
-                    want = " or ".join(bwd_codes[s])
-                    raise SchedulerError(f"scheduler {sched.name!r} started {phase}{j} on stage {s}: expected "
-                                         f"{want} after its gradient arrived")
-                if either[s] and code == _BW:
-                    remaining[s] -= 1  # fused: no W will follow for this microbatch
-                b_ready[s][j] = 0
-                n_b[s] += 1
-            started[s] += 1
-            dev_busy[sdev[s]] = True
-            end = now + dur[s][code][off + j]
-            comp_rows.append((s, off + j, code, now, end, it))
-            seq += 1
-            heappush(heap, (end, seq, 0, s, j, code))
-
-        def send(s: int, lk, j: int, direction: int, label: int, now: float) -> None:
-            """Ship an activation (direction +1) or gradient (-1) from stage s; schedule its arrival.
-
-            ``label`` is the phase code of the task that produced it (F, B or BW)."""
-            nonlocal seq
-            dst = s + direction
-            if lk is None:
-                arrive = now
-            else:
-                start = now if link_free[lk] <= now else link_free[lk]
-                if start > now:
-                    link_contended[lk] += 1
-                    link_wait[lk] += start - now
-                nz = noise[lk]
-                d = base_ms[lk] * nz[noise_pos[lk]] if nz is not None else base_ms[lk]
-                noise_pos[lk] += 1
-                arrive = start + d
-                link_free[lk] = arrive
-                link_count[lk] += 1
-                xfer_rows.append((lk, s, off + j, label, start, arrive, it))
-            seq += 1
-            heappush(heap, (arrive, seq, 1, dst, j, direction))
-
-        for s in range(p):
-            try_start(s, t_iter)
-        while heap:
-            now, _, etype, s, j, code = heappop(heap)
-            if etype == 0:  # compute done on stage s
-                remaining[s] -= 1
-                if remaining[s] == 0:
-                    stage_end[s] = now
-                dev_busy[sdev[s]] = False
-                if code == _F:
-                    if s < p - 1:
-                        send(s, fwd_link[s], j, 1, _F, now)
-                    else:
-                        b_ready[s][j] = 1
-                else:
-                    if code != _W and s > 0:
-                        send(s, bwd_link[s], j, -1, code, now)
-                    if code == _B:
-                        w_ready[s][j] = 1
-                    else:
-                        in_flight[s] -= 1
-                if shared_devices:
-                    for s2 in stages_on_dev[sdev[s]]:
-                        if not dev_busy[sdev[s2]]:
-                            try_start(s2, now)
-                else:
-                    try_start(s, now)
-            else:  # arrival at stage s
-                if code > 0:
-                    f_ready[s][j] = 1
-                else:
-                    b_ready[s][j] = 1
-                if not dev_busy[sdev[s]]:
-                    try_start(s, now)
-        stuck = [s for s in range(p) if remaining[s]]
-        if stuck:
-            raise SchedulerError(f"scheduler {sched.name!r} stalled in iteration {it}: stage {stuck[0]} has "
-                                 f"{remaining[stuck[0]]} tasks never started (deadlock)")
-
-        done = []
-        for s in range(p):
-            t = stage_end[s]
-            if ar_ms[s] > 0:
-                other_rows.append(("allreduce", s, "", t, t + ar_ms[s], it))
-                t += ar_ms[s]
-            done.append(t)
-        barrier = max([t_iter] + done)
-        if sync_ms > 0:  # first and last stage all-reduce the tied embedding grads; the step waits for it
-            t = max(done[0], done[-1])
-            for s in (0, p - 1):
-                other_rows.append(("allreduce", s, "", t, t + sync_ms, it))
-            barrier = max(barrier, t + sync_ms)
-        step_start = barrier + host[it]
-        t_iter = step_start
-        for s in range(p):
-            if opt_ms[s] > 0:
-                other_rows.append(("optimizer", s, "OPT", step_start, step_start + opt_ms[s], it))
-                t_iter = max(t_iter, step_start + opt_ms[s])
-
-    tl = _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev)
-    link_stats = {lp.name: {"transfers": link_count[k], "contended": link_contended[k], "wait_ms": link_wait[k]}
-                  for k, lp in enumerate(links)}
-    return EngineResult(tl, exp, sched, peak_in_flight, link_stats,
+    tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev)
+    link_stats = {lp.name: {"transfers": links_state.count[k], "contended": links_state.contended[k],
+                            "wait_ms": links_state.wait[k]} for k, lp in enumerate(links)}
+    return EngineResult(tl, exp, sched, record.peak_in_flight, link_stats,
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
                          "links": links, "stragglers": stragglers})
 

@@ -81,7 +81,10 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
     devs = list(meta.devices)
     dev_ids = {d: k for k, d in enumerate(dict.fromkeys(devs))}
     sdev = [dev_ids[d] for d in devs]
-    on_dev = [[s2 for s2 in range(p) if sdev[s2] == sdev[s]] for s in range(p)]
+    by_dev: list[list[int]] = [[] for _ in dev_ids]
+    for s2, k in enumerate(sdev):
+        by_dev[k].append(s2)
+    on_dev = [by_dev[k] for k in sdev]
     shared = len(dev_ids) < p
     link_key: dict[tuple, int] = {}
 

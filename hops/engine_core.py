@@ -1,0 +1,295 @@
+"""The engine's event core: explicit state, and one small step per event kind.
+
+Why this shape: every schedule the engine runs (fused or split backward, several stages per
+device for virtual stages or a V placement) must go through the same few rules, and each
+rule must be testable on its own. So the state is spelled out in three objects, and each
+event kind is one method over them, in the style of SimPy's event core:
+
+- ``Layout``    what does not change during a run (stage -> device, links, drawn durations,
+                 which backward phases each stage accepts);
+- ``Links``     the directed FIFO links, whose queues carry over from one iteration to the
+                 next (a transfer that finds its link busy waits, and that wait is counted);
+- ``Iteration`` one iteration's bookkeeping: the scheduler's view (SchedulerState), which
+                 devices are busy, the event heap.
+
+Steps: ``Iteration.compute_end`` (a task finished: free the device, ship the activation or
+gradient, mark W ready, release the activation), ``Iteration.arrival`` (an activation or a
+gradient reached its stage), and ``end_iteration`` (flush -> all-reduce -> barrier -> host
+overhead -> optimizer step). ``Iteration.start`` asks the scheduler for an idle stage's next
+task and checks it; ``Iteration.step`` pops one event and dispatches it.
+
+An event touches at most the stage it concerns (or the stages sharing its device), so the
+cost per task stays flat as pipelines grow. Events at equal times resolve in creation order
+(a sequence number), which keeps the output byte-identical for the same draws.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from .errors import HopsError
+from .schedulers import Scheduler, SchedulerState
+
+PHASE_CODES = ("F", "B", "W", "BW")
+_F, _B, _W, _BW = range(4)
+COMPUTE_END, ARRIVAL = 0, 1  # event kinds in the heap; iteration end is the heap running dry
+
+
+class SchedulerError(HopsError, RuntimeError):
+    """A scheduler asked for something impossible (a task that is not ready, or two at once)."""
+
+
+@dataclass
+class Layout:
+    """The run's fixed facts, indexed by stage (s) and device index (k).
+
+    ``dur[s][code][g]`` is the drawn duration of phase ``code`` for global microbatch g.
+    ``bwd_codes[s]`` maps the backward phases stage s accepts ("BW", "B") to phase codes;
+    ``either[s]`` says the scheduler picks fused or split per microbatch there.
+    """
+
+    n_stages: int
+    n_microbatches: int
+    sdev: list
+    stages_on_dev: list
+    fwd_link: list
+    bwd_link: list
+    dur: list
+    bwd_codes: list
+    either: list
+    tasks_per_stage: list  # tasks a stage runs per iteration (an "either" stage: -1 per fused BW)
+
+    @property
+    def shared_devices(self) -> bool:
+        return len(self.stages_on_dev) < self.n_stages
+
+
+class Links:
+    """Directed FIFO links: when each is free, and what it carried (counts, contention, waits)."""
+
+    __slots__ = ("free", "count", "contended", "wait", "base_ms", "noise", "noise_pos")
+
+    def __init__(self, base_ms: list, noise: list):
+        n = len(base_ms)
+        self.base_ms, self.noise = base_ms, noise  # noise[k]: per-use multipliers, or None (no jitter)
+        self.free = [0.0] * n
+        self.count = [0] * n
+        self.contended = [0] * n
+        self.wait = [0.0] * n
+        self.noise_pos = [0] * n
+
+    def transmit(self, lk: int, now: float) -> tuple[float, float]:
+        """Queue one message on link lk at time now; (start, arrival)."""
+        free = self.free[lk]
+        start = now if free <= now else free
+        if start > now:
+            self.contended[lk] += 1
+            self.wait[lk] += start - now
+        nz = self.noise[lk]
+        d = self.base_ms[lk] * nz[self.noise_pos[lk]] if nz is not None else self.base_ms[lk]
+        self.noise_pos[lk] += 1
+        arrive = start + d
+        self.free[lk] = arrive
+        self.count[lk] += 1
+        return start, arrive
+
+
+class Record:
+    """What the run produced, as row tuples (the Timeline is built from them once, at the end)."""
+
+    __slots__ = ("compute", "transfer", "other", "peak_in_flight")
+
+    def __init__(self, n_stages: int):
+        self.compute: list[tuple] = []   # (stage, global mb, phase code, start, end, iteration)
+        self.transfer: list[tuple] = []  # (link, stage, global mb, phase code, start, end, iteration)
+        self.other: list[tuple] = []     # (kind, stage, phase, start, end, iteration)
+        self.peak_in_flight = [0] * n_stages
+
+
+class Iteration:
+    """One iteration between two optimizer steps: from t0 until the event heap runs dry."""
+
+    __slots__ = ("layout", "links", "record", "sched", "next_tasks", "state", "it", "off", "dev_busy",
+                 "remaining", "stage_end", "heap", "seq")
+
+    def __init__(self, layout: Layout, links: Links, record: Record, sched: Scheduler, it: int, t0: float):
+        p, m = layout.n_stages, layout.n_microbatches
+        self.layout, self.links, self.record, self.sched = layout, links, record, sched
+        self.next_tasks = sched.next_tasks
+        self.state = SchedulerState(p, m, it)
+        f0 = self.state.f_ready[0]
+        for j in range(m):
+            f0[j] = 1
+        self.it, self.off = it, it * m
+        self.dev_busy = [False] * len(layout.stages_on_dev)
+        self.remaining = list(layout.tasks_per_stage)
+        self.stage_end = [t0] * p
+        self.heap: list = []
+        self.seq = 0
+
+    # ------------------------------------------------------------------ starting work
+    def start(self, s: int, now: float) -> None:
+        """Ask the scheduler what idle stage s starts now; check it is ready; run it."""
+        st = self.state
+        st.stage = s
+        st.now = now
+        tasks = self.next_tasks(st)
+        if not tasks:
+            return
+        name = self.sched.name
+        if len(tasks) > 1:
+            raise SchedulerError(f"scheduler {name!r} returned {len(tasks)} tasks for stage {s}; "
+                                 "a stage runs one task at a time")
+        phase, j = tasks[0]
+        if phase == "F":
+            if not st.f_ready[s][j]:
+                raise SchedulerError(f"scheduler {name!r} started F{j} on stage {s} before its input")
+            st.f_ready[s][j] = 0
+            st.n_f[s] += 1
+            st.in_flight[s] += 1
+            peak = self.record.peak_in_flight
+            if st.in_flight[s] > peak[s]:
+                peak[s] = st.in_flight[s]
+            code = _F
+        elif phase == "W":
+            if not st.w_ready[s][j]:  # set only when this microbatch's B finished
+                raise SchedulerError(f"scheduler {name!r} started W{j} on stage {s} before its B")
+            st.w_ready[s][j] = 0
+            st.n_w[s] += 1
+            code = _W
+        else:
+            code = self.layout.bwd_codes[s].get(phase)
+            if code is None or not st.b_ready[s][j]:
+                want = " or ".join(self.layout.bwd_codes[s])
+                raise SchedulerError(f"scheduler {name!r} started {phase}{j} on stage {s}: expected "
+                                     f"{want} after its gradient arrived")
+            if code == _BW and self.layout.either[s]:
+                self.remaining[s] -= 1  # fused: no W will follow for this microbatch
+            st.b_ready[s][j] = 0
+            st.n_b[s] += 1
+        st.started[s] += 1
+        self.dev_busy[self.layout.sdev[s]] = True
+        g = self.off + j
+        end = now + self.layout.dur[s][code][g]
+        self.record.compute.append((s, g, code, now, end, self.it))
+        self.seq += 1
+        heapq.heappush(self.heap, (end, self.seq, COMPUTE_END, s, j, code))
+
+    def send(self, s: int, lk, j: int, direction: int, label: int, now: float) -> None:
+        """Ship an activation (direction +1) or gradient (-1) from stage s; schedule its arrival.
+
+        ``label`` is the phase code of the task that produced it (F, B or BW); ``lk`` None
+        means both stages share a device and the message arrives at once."""
+        if lk is None:
+            arrive = now
+        else:
+            start, arrive = self.links.transmit(lk, now)
+            self.record.transfer.append((lk, s, self.off + j, label, start, arrive, self.it))
+        self.seq += 1
+        heapq.heappush(self.heap, (arrive, self.seq, ARRIVAL, s + direction, j, direction))
+
+    def wake(self, s: int, now: float) -> None:
+        """Stage s's device went idle: ask every stage on it (in stage order) for work."""
+        lay = self.layout
+        if len(lay.stages_on_dev) < lay.n_stages:
+            busy = self.dev_busy
+            k = lay.sdev[s]
+            for s2 in lay.stages_on_dev[k]:
+                if not busy[k]:
+                    self.start(s2, now)
+        else:
+            self.start(s, now)
+
+    # ------------------------------------------------------------------ the event steps
+    def compute_end(self, now: float, s: int, j: int, code: int) -> None:
+        """A task finished on stage s: free its device, pass its output on, ask for new work."""
+        lay, st = self.layout, self.state
+        self.remaining[s] -= 1
+        if self.remaining[s] == 0:
+            self.stage_end[s] = now
+        self.dev_busy[lay.sdev[s]] = False
+        if code == _F:
+            if s < lay.n_stages - 1:
+                self.send(s, lay.fwd_link[s], j, 1, _F, now)
+            else:
+                st.b_ready[s][j] = 1  # the last stage's backward needs only its own forward
+        else:
+            if code != _W and s > 0:
+                self.send(s, lay.bwd_link[s], j, -1, code, now)
+            if code == _B:
+                st.w_ready[s][j] = 1
+            else:
+                st.in_flight[s] -= 1  # BW or W: the activations are released
+        self.wake(s, now)
+
+    def arrival(self, now: float, s: int, j: int, direction: int) -> None:
+        """An activation (direction > 0) or a gradient reached stage s."""
+        st = self.state
+        if direction > 0:
+            st.f_ready[s][j] = 1
+        else:
+            st.b_ready[s][j] = 1
+        if not self.dev_busy[self.layout.sdev[s]]:
+            self.start(s, now)
+
+    def step(self) -> bool:
+        """Pop the earliest event and apply it; False when nothing is left."""
+        if not self.heap:
+            return False
+        now, _, kind, s, j, code = heapq.heappop(self.heap)
+        if kind == COMPUTE_END:
+            self.compute_end(now, s, j, code)
+        else:
+            self.arrival(now, s, j, code)
+        return True
+
+    def run(self, t0: float) -> list:
+        """Start every stage at t0 and apply events until none is left; per-stage end times."""
+        for s in range(self.layout.n_stages):
+            self.start(s, t0)
+        heap, pop = self.heap, heapq.heappop
+        compute_end, arrival = self.compute_end, self.arrival
+        while heap:
+            now, _, kind, s, j, code = pop(heap)
+            if kind == COMPUTE_END:
+                compute_end(now, s, j, code)
+            else:
+                arrival(now, s, j, code)
+        stuck = [s for s, left in enumerate(self.remaining) if left]
+        if stuck:
+            raise SchedulerError(f"scheduler {self.sched.name!r} stalled in iteration {self.it}: stage {stuck[0]} "
+                                 f"has {self.remaining[stuck[0]]} tasks never started (deadlock)")
+        return self.stage_end
+
+
+def end_iteration(record: Record, it: int, t_iter: float, stage_end: list, ar_ms: list, sync_ms: float,
+                  host_ms: float, opt_ms: list) -> float:
+    """Close iteration ``it`` as Megatron does; returns when the next one starts.
+
+    After the flush each stage runs its data-parallel all-reduce, the first and last stage
+    all-reduce their tied embedding gradients, everyone meets at the gradient-norm barrier,
+    the host overhead elapses, and every stage steps its optimizer; the next iteration starts
+    when the slowest step is done.
+    """
+    p = len(stage_end)
+    rows = record.other
+    done = []
+    for s in range(p):
+        t = stage_end[s]
+        if ar_ms[s] > 0:
+            rows.append(("allreduce", s, "", t, t + ar_ms[s], it))
+            t += ar_ms[s]
+        done.append(t)
+    barrier = max([t_iter] + done)
+    if sync_ms > 0:  # first and last stage all-reduce the tied embedding grads; the step waits for it
+        t = max(done[0], done[-1])
+        for s in (0, p - 1):
+            rows.append(("allreduce", s, "", t, t + sync_ms, it))
+        barrier = max(barrier, t + sync_ms)
+    step_start = barrier + host_ms
+    t_next = step_start
+    for s in range(p):
+        if opt_ms[s] > 0:
+            rows.append(("optimizer", s, "OPT", step_start, step_start + opt_ms[s], it))
+            t_next = max(t_next, step_start + opt_ms[s])
+    return t_next
