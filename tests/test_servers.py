@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+import arscratch
+
 pytestmark = pytest.mark.servers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,11 +35,10 @@ BIN = Path(sys.executable).parent
 TRAIN = ("exp2_13_a10g_pair_pp2_run135", "exp2_14_l4_pair_pp2_run137")
 DIAGNOSTIC = "exp3_47_diag_pp3_gpipe_a10g_h100_l4_run371"
 PROVENANCE = {"git_commit", "git_diff_hash", "model_fingerprint", "split", "variants", "overrides"}
-# Every autoresearch command, each exercised against the tracking server below. `park` is
-# being added in parallel (issue: parked iterations); it goes into COVERED together with a
-# `propose -> gate -> park` step in test_calibration_round_on_the_tracking_server.
-COVERED = {"validate", "observe", "propose", "gate", "admit", "revert", "search", "checkpoint", "log"}
-PENDING = {"park"}
+# Every autoresearch command, each exercised against the tracking server below (a new
+# command fails test_every_autoresearch_command_is_exercised_here until it is added).
+COVERED = {"validate", "observe", "propose", "gate", "admit", "revert", "park", "repair", "search", "checkpoint",
+           "log"}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -232,25 +233,61 @@ def test_every_autoresearch_command_is_exercised_here():
     from autoresearch.__main__ import build_parser
 
     commands = set(next(a for a in build_parser()._actions if a.dest == "command").choices)
-    assert commands - PENDING <= COVERED, f"not exercised against the tracking server: {commands - COVERED}"
+    assert commands <= COVERED, f"not exercised against the tracking server: {commands - COVERED}"
+
+
+class ServerCli(arscratch.Cli):
+    """`python -m autoresearch` in a scratch copy of the repo whose only ledger is the tracking server."""
+
+    def __init__(self, repo: Path, uri: str, fixtures: Path):
+        super().__init__(repo, Path("unused.db"), fixtures)
+        self.uri = uri
+
+    def env(self, **extra: str) -> dict:
+        return {**super().env(**extra), "MLFLOW_TRACKING_URI": self.uri}
+
+    def ok(self, *argv: str) -> str:
+        code, out, err = self(*argv)
+        assert code == 0, f"autoresearch {' '.join(argv)}:\n{out}\n{err}"
+        return out
 
 
 def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env, tmp_path, capsys):
+    """park, revert and admit edit the git tree, so the round runs in a scratch copy one correction behind."""
     env, root = calibration_env
-    autoresearch(env, "admit", "--bootstrap")
+    repo = arscratch.copy_repo(tmp_path / "repo")
+    model = repo / "hops" / "presets" / "model.yaml"
+    model.write_text(model.read_text().replace("tied_embeddings: true", "tied_embeddings: false", 1))
+    arscratch.commit(repo, "a model one correction behind")
+    cli = ServerCli(repo, mlflow_server["uri"], root)
+
+    def tie() -> None:
+        model.write_text(model.read_text().replace("tied_embeddings: false", "tied_embeddings: true", 1))
+
+    cli.ok("admit", "--bootstrap")
+    arscratch.commit(repo, "golden file")
+    cli.ok("propose", "--hypothesis", "Megatron ties the embeddings", "--change-site", "hops/presets/model.yaml",
+           "--expect", "MAPE down", "--title", "tie embeddings")
+    tie()
+    code, out, err = cli("gate")  # aggregates improve, one fixture's bubble regresses: a stack member
+    assert code == 1 and "exceeds the 2 tolerance" in out, out + err
+    assert "parked iteration" in cli.ok("park")
+    arscratch.commit(repo, "parked")
+    cli.ok("propose", "--hypothesis", "the untouched tree holds", "--change-site", "hops/compute.py",
+           "--expect", "aggregates hold")
+    assert "PASS" in cli.ok("gate")
+    assert "admitted iteration" in cli.ok("admit")
+    arscratch.commit(repo, "landed")
+    cli.ok("propose", "--hypothesis", "nothing changed", "--change-site", "hops/compute.py", "--expect", "no gain")
+    cli.ok("revert", "--reason", "no change to measure")
+    cli.ok("repair")
+    cli.ok("log")
+    # Commands that leave the tree alone, from this process (HOPS_AUTORESEARCH_STATE is a tmp dir).
     assert "link_calibrated" in autoresearch_here(capsys, "validate", "--split", "train")
     assert "worst fixtures" in autoresearch_here(capsys, "observe", "--top", "2")
-    autoresearch(env, "propose", "--hypothesis", "unchanged tree passes", "--change-site", "hops/compute.py",
-                 "--expect", "aggregates hold")
-    assert "PASS" in autoresearch(env, "gate")
-    assert "admitted iteration" in autoresearch(env, "admit")
-    autoresearch_here(capsys, "propose", "--hypothesis", "a slower kernel", "--change-site",
-                      "hops/presets/model.yaml", "--expect", "MAPE down")
-    autoresearch_here(capsys, "revert", "--reason", "not measured yet")  # `search`: the 4-worker test below
-    # park: propose -> gate -> park goes here once the command exists (PENDING above).
     autoresearch_here(capsys, "checkpoint", "--split", "test", "--confirm-human", "servers test",
                       "--fixtures", str(root))
-    autoresearch_here(capsys, "log")
+    # `search` against this server: test_four_search_workers_share_one_postgres_study.
 
     c = client(mlflow_server)
     exp = c.get_experiment_by_name("calibration")
@@ -260,15 +297,19 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     for r in runs:
         by_type.setdefault(r.data.tags.get("run_type"), []).append(r)
     assert {"iteration", "gate", "admit", "observe"} <= set(by_type), set(by_type)
-    landed = [r for r in by_type["iteration"] if r.data.tags.get("outcome") == "landed"]
-    reverted = [r for r in by_type["iteration"] if r.data.tags.get("outcome") == "reverted"]
-    assert len(landed) == 2 and len(reverted) == 1  # the bootstrap and the admitted round; the reverted one
-    it = next(r for r in landed if r.data.tags.get("hypothesis") == "unchanged tree passes")
-    gate = c.get_run(it.data.tags["last_gate_run"])
+    outcome = {r.data.tags.get("hypothesis"): r for r in by_type["iteration"]}
+    parked, landed = outcome["Megatron ties the embeddings"], outcome["the untouched tree holds"]
+    assert parked.data.tags["outcome"] == "parked" and parked.info.status == "KILLED"
+    assert "gate_report.txt" in {a.path for a in c.list_artifacts(parked.info.run_id)}
+    assert landed.data.tags["outcome"] == "landed" and outcome["nothing changed"].data.tags["outcome"] == "reverted"
+    gate = c.get_run(landed.data.tags["last_gate_run"])
     assert PROVENANCE <= set(gate.data.params)
-    assert gate.data.tags["iteration"] == it.data.tags["iteration"] and gate.data.tags["outcome"] == "landed"
+    assert gate.data.tags["iteration"] == landed.data.tags["iteration"] and gate.data.tags["outcome"] == "landed"
     for key in ("spec.mape", "link_calibrated.bubble_mae_pp", "link_calibrated.rho_mean", "gate.violations"):
         assert key in gate.data.metrics, key
+    gated = c.get_run(parked.data.tags["last_gate_run"])  # the parked change's gate: MAPE down, one violation
+    assert gated.data.metrics["link_calibrated.mape"] < parked.data.metrics["before.link_calibrated.mape"]
+    assert gated.data.metrics["gate.violations"] == 1
     assert {"fixtures.csv", "report.md", "scatter.png"} <= {a.path for a in c.list_artifacts(gate.info.run_id)}
     # The artifacts went through the server to its own artifact root, and come back through it.
     import mlflow.artifacts
@@ -286,8 +327,8 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     checkpoint, = c.search_runs([c.get_experiment_by_name("checkpoints").experiment_id])
     assert checkpoint.data.tags["run_type"] == "checkpoint" and checkpoint.data.metrics
     assert not any(fid in key for key in checkpoint.data.metrics for fid in TRAIN)  # suite aggregates only
-    log = (tmp_path / "state" / "LOG.md").read_text()  # `log` renders what the server holds
-    assert "unchanged tree passes" in log and "a slower kernel" in log
+    log = (repo / "autoresearch" / "LOG.md").read_text()  # `log` renders what the server holds
+    assert "parked — tie embeddings" in log and "the untouched tree holds" in log and "nothing changed" in log
 
 
 # --------------------------------------------------------------------------- shared Optuna search
