@@ -126,7 +126,7 @@ def test_split_cost_parameter_switches_the_seed_artifact():
     on = Catalog.load({"model.backward_split_floor_factor": 1.0})
     off = Catalog.load({"model.backward_split_floor_factor": 0.5})
     sc = {"simulation": {"batches": 1, "microbatches": 4},
-          "pipeline": {"schedule": "1f1b", "model": {"hidden_dim": 1024, "seq_len": 1024},
+          "pipeline": {"schedule": "1f1b", "model": {"hidden_dim": 1024, "seq_len": 256},  # short: no score traffic
                        "stages": [{"device": f"g{i}", "weights_mb": 100,
                                    "compute": {"mode": "analytical", "tflop": 0.18, "memory_mb": 384}}
                                   for i in range(2)]},
