@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from hops.errors import HopsError
@@ -58,6 +59,8 @@ def _run_validate(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m autoresearch", description=__doc__.splitlines()[0])
+    parser.add_argument("--state", metavar="DIR", help="state directory (golden/, iterations.jsonl, ...; default: "
+                        "$HOPS_AUTORESEARCH_STATE, else the checkout's autoresearch/); may follow the command too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_validate(sub)
     try:
@@ -70,19 +73,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _pop_state(argv: list[str]) -> tuple[list[str], str | None]:
+    """`--state DIR` is global: accept it before or after the command."""
+    for i, a in enumerate(argv):
+        if a == "--state" and i + 1 < len(argv):
+            return argv[:i] + argv[i + 2:], argv[i + 1]
+        if a.startswith("--state="):
+            return argv[:i] + argv[i + 1:], a.split("=", 1)[1]
+    return argv, None
+
+
 def main(argv=None) -> int:
     parser = build_parser()
+    argv, state_arg = _pop_state(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    from . import state
+
+    saved = os.environ.get(state.ENV)
     try:
+        if state_arg is not None:
+            state.use(state_arg)
         return int(args.func(args) or 0)
     except HopsError as exc:
         print(f"autoresearch {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:  # in-process callers (tests) get their environment back
+        if saved is None:
+            os.environ.pop(state.ENV, None)
+        else:
+            os.environ[state.ENV] = saved
 
 
 if __name__ == "__main__":

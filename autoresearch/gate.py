@@ -23,11 +23,11 @@ from hops.errors import HopsError
 from hops.hardware import Catalog
 from hops.traces.guard import check_split
 
-from . import ledger
+from . import ledger, state
 from .fixtures import FixtureError, resolve_root
 from .scoring import aggregate
 
-CONFIG_PATH = ledger.PACKAGE / "gate.yaml"
+CONFIG_PATH = ledger.PACKAGE / "gate.yaml"  # the shipped default; a state dir may hold its own
 GOLDEN_SCHEMA = 1
 FIXTURE_KEYS = ("throughput_error_pct", "bubble_pp_delta", "util_spearman_rho")
 
@@ -53,7 +53,10 @@ class GateConfig:
         return self.gated_variants + self.reported_variants
 
     @classmethod
-    def load(cls, path: Path = CONFIG_PATH) -> "GateConfig":
+    def load(cls, path: Path | None = None) -> "GateConfig":
+        path = path or state.config_path(CONFIG_PATH.name)
+        if not path.is_file():
+            raise GateError(f"{path}: gate config not found (it ships with the package; reinstall hops)")
         try:
             doc = yaml.safe_load(path.read_text())
             return cls(split=doc["split"], gated_variants=tuple(doc["gated_variants"]),

@@ -32,6 +32,8 @@ from typing import Any, Callable, Iterable, Mapping
 from hops.errors import HopsError
 from hops.hardware import PRESET_DIR
 
+from . import state
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = Path(__file__).resolve().parent
 CALIBRATION, CHECKPOINTS = "calibration", "checkpoints"
@@ -53,11 +55,11 @@ class LedgerError(HopsError):
 
 # --------------------------------------------------------------------------- locations
 def state_dir() -> Path:
-    return Path(os.environ.get("HOPS_AUTORESEARCH_STATE") or PACKAGE)
+    return state.state_dir()  # --state / HOPS_AUTORESEARCH_STATE / checkout (autoresearch/state.py)
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{REPO / 'mlruns' / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{state.repo_root() / 'mlruns' / 'mlflow.db'}"
 
 
 def _sqlite_path(uri: str) -> Path | None:
@@ -77,7 +79,7 @@ def now() -> str:
 # --------------------------------------------------------------------------- provenance
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, timeout=30)
+        out = subprocess.run(["git", *args], cwd=state.repo_root(), capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.decode(errors="replace") if out.returncode == 0 else None

@@ -27,10 +27,10 @@ from hops.errors import HopsError
 from hops.hardware import Catalog
 from hops.traces.guard import check_split
 
-from . import ledger
+from . import ledger, state
 from .gate import flatten
 
-SPACE_PATH = ledger.PACKAGE / "search_space.yaml"
+SPACE_PATH = ledger.PACKAGE / "search_space.yaml"  # the shipped allowlist; a state dir may hold its own
 FIT_SPLIT = "train"
 VARIANT = "link_calibrated"
 
@@ -52,7 +52,7 @@ class Param:
 
 def load_allowlist(path: Path | None = None) -> tuple[dict, dict[str, list[Param]]]:
     """(objective weights, {space: params}); every entry checked against the catalog and its bounds."""
-    path = Path(path or SPACE_PATH)
+    path = Path(path or state.config_path(SPACE_PATH.name))
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -91,7 +91,7 @@ def select(space: str, only=None, path: Path | None = None) -> tuple[dict, list[
     weights, spaces = load_allowlist(path)
     if space not in spaces:
         raise SearchError(f"unknown space {space!r}; allowlisted spaces: {', '.join(spaces) or 'none'} "
-                          f"({Path(path or SPACE_PATH).name})")
+                          f"({Path(path or state.config_path(SPACE_PATH.name)).name})")
     params = spaces[space]
     if only:
         declared = {p.path: p for p in params}
@@ -99,7 +99,7 @@ def select(space: str, only=None, path: Path | None = None) -> tuple[dict, list[
             if item not in declared:
                 raise SearchError(f"{item} is not allowlisted in space {space!r} (allowed: "
                                   f"{', '.join(declared)}); declare it with bounds and a rationale in "
-                                  f"{Path(path or SPACE_PATH).name} first")
+                                  f"{Path(path or state.config_path(SPACE_PATH.name)).name} first")
         params = [declared[item] for item in dict.fromkeys(only)]
     return weights, params
 
@@ -110,8 +110,8 @@ def redact(url: str) -> str:
 
 
 def default_storage() -> str:
-    (ledger.REPO / "mlruns").mkdir(exist_ok=True)
-    return f"sqlite:///{ledger.REPO / 'mlruns' / 'optuna.db'}"
+    (state.repo_root() / "mlruns").mkdir(exist_ok=True)
+    return f"sqlite:///{state.repo_root() / 'mlruns' / 'optuna.db'}"
 
 
 @dataclass

@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from hops.errors import HopsError
 from hops.hardware import Catalog
 from hops.traces import load_trace
 from hops.traces.guard import SplitGuardError, check_split
+from hops.traces.link_bench import bench_files
 from hops.traces.megatron import IMPORTER_VERSION, trace_files
 
 from . import scoring
@@ -53,6 +53,7 @@ class FixtureEvaluationError(HopsError):
 class Measured:
     side: scoring.Side
     fit: ReplayFit | None = None
+    layout: tuple = ()  # (stage devices, microbatches per iteration) of the trace
 
 
 _MEMO: dict[str, Measured] = {}
@@ -63,7 +64,7 @@ _CATALOGS: dict[str, Catalog] = {}
 def trace_key(fixture: Fixture) -> str:
     """Content hash of what the measured side depends on (trace files + stage map + importer version)."""
     h = hashlib.sha256(IMPORTER_VERSION.encode())
-    for path in [fixture.path / "hops_trace_map.json", *trace_files(fixture.path)]:
+    for path in [fixture.path / "hops_trace_map.json", *trace_files(fixture.path, fixture.token)]:
         h.update(path.name.encode() + b"\0")
         h.update(path.read_bytes() if path.exists() else b"")
     return h.hexdigest()
@@ -94,7 +95,9 @@ def _evaluate(fixture: Fixture, variants: tuple[str, ...], overrides, seed, cach
                 timeline = load_trace(fixture.path, cache_dir=cache_dir, token=token)
             return timeline
 
-        measured = known or Measured(scoring.side_of(trace()))
+        measured = known or Measured(scoring.side_of(trace()), layout=(trace().stage_devices,
+                                                                       trace().microbatches_per_iteration))
+        fixture.check_trace_layout(*measured.layout)
         if "replay" in variants and measured.fit is None:
             measured.fit = fit_replay(trace())
         groups = fixture.groups()
@@ -110,29 +113,6 @@ def _evaluate(fixture: Fixture, variants: tuple[str, ...], overrides, seed, cach
         raise
     except HopsError as exc:
         raise FixtureEvaluationError(f"{fixture.id}: {exc}") from None
-
-
-# --------------------------------------------------------------------------- progress
-class _Progress:
-    """A one-line bar on stderr, only when a human is watching (interactive terminal)."""
-
-    def __init__(self, total: int, label: str, enabled: bool):
-        self.total, self.label, self.enabled, self.done = total, label, enabled and total > 0, 0
-
-    def step(self, what: str) -> None:
-        if not self.enabled:
-            return
-        self.done += 1
-        width = 30
-        filled = int(width * self.done / self.total)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                         f"{what[:40]:<40}")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + " " * 100 + "\r")
-            sys.stderr.flush()
 
 
 # --------------------------------------------------------------------------- report
@@ -211,6 +191,8 @@ class Report:
                 "phase error, predicted - measured ms per iteration (mean over stages, then fixtures)",
                 phase.to_string(),
             ]
+        if "link_calibrated" in self.variants and self.extras.get("no_link_bench"):
+            parts.append(f"\nlink_calibrated = spec (no link bench): {', '.join(self.extras['no_link_bench'])}")
         return "\n".join(parts)
 
 
@@ -244,7 +226,11 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
     catalog = _catalog(overrides)  # a bad --set path fails here, before any work
     fixtures = list_fixtures(resolve_root(root), split, list(ids) if ids is not None else None, token=token)
     keys = [trace_key(f) for f in fixtures]
-    bar = _Progress(len(fixtures), f"validate {split}", progress)
+    from tqdm import tqdm
+
+    # on stderr, only when asked (the CLI asks when a human watches) and only past 2 s
+    bar = tqdm(total=len(fixtures), desc=f"validate {split}", unit="fixture", disable=not progress, delay=2.0,
+               leave=False)
     results: dict[int, list[dict]] = {}
 
     def collect(i: int, rows: list[dict], measured: Measured) -> None:
@@ -252,7 +238,8 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
         if len(_MEMO) >= _MEMO_LIMIT:
             _MEMO.pop(next(iter(_MEMO)))
         _MEMO[keys[i]] = measured
-        bar.step(fixtures[i].id)
+        bar.set_postfix_str(fixtures[i].id, refresh=False)
+        bar.update()
 
     args = (names, overrides, seed, cache_dir, token)
     try:
@@ -268,5 +255,6 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
     finally:
         bar.close()
     rows = [r for i in range(len(fixtures)) for r in results[i]]
+    no_bench = [f.id for f in fixtures if not bench_files(f.path, f.token)]
     return Report(split=split, variants=names, rows=rows, fingerprint=catalog.fingerprint(), overrides=overrides,
-                  elapsed_s=time.perf_counter() - t_start)
+                  elapsed_s=time.perf_counter() - t_start, extras={"no_link_bench": no_bench})

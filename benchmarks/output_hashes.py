@@ -31,6 +31,7 @@ def scenario_files() -> list[Path]:
 
 def fingerprint(doc: dict) -> str:
     res = hops.simulate(doc)
+    res.summary.pop("provenance", None)  # version and git commit: what ran, not what it computed
     h = hashlib.sha256()
     with tempfile.TemporaryDirectory() as d:
         res.write(d)

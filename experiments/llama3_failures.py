@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import math
 import statistics
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from tqdm import tqdm
 
 from hops.failures import (job_mtbf_hours, parse_failure, simulate_horizon, summary_block,
                            young_daly_interval_minutes)
@@ -154,12 +156,12 @@ def main(argv=None) -> dict:
     sens_write = [0.05, 0.2, 0.5, 1.0, 2.0]
     grid = np.array([2, 3, 5, 7, 10, 14, 20, 28, 40, 60])
     sens = {}
-    for rm in sens_restart:
-        for wm in sens_write:
-            c2 = with_checkpoint(cfg, restart_minutes=rm - ck.detection_minutes if rm > ck.detection_minutes else 0.0,
-                                 write_minutes=wm)
-            g, _, _ = sweep(c2, seeds[:5], grid)
-            sens[(rm, wm)] = (float(g.max()), float(grid[int(np.argmax(g))]))
+    for rm, wm in tqdm(list(itertools.product(sens_restart, sens_write)), desc="sensitivity", unit="setting",
+                       delay=2.0, disable=None):
+        c2 = with_checkpoint(cfg, restart_minutes=rm - ck.detection_minutes if rm > ck.detection_minutes else 0.0,
+                             write_minutes=wm)
+        g, _, _ = sweep(c2, seeds[:5], grid)
+        sens[(rm, wm)] = (float(g.max()), float(grid[int(np.argmax(g))]))
     eng = engine_iteration_ms()
     elapsed = time.perf_counter() - t0
 

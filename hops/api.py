@@ -1,12 +1,13 @@
 """`hops.simulate`: scenario in, Result (summary + Timeline) out. No Hydra, no MLflow here."""
 from __future__ import annotations
 
-import json
+import functools
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import engine
+from . import engine, outputs
 from .compute import stage_layers
 from .hardware import Catalog, Topology
 from .metrics import summarize
@@ -20,17 +21,28 @@ class Result:
     summary: dict
     timeline: Timeline
     extras: dict = field(default_factory=dict)
+    source: str | None = None  # the scenario file simulate() read, if it read one
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        """summary.json and events.csv (byte-identical for the same scenario and seed)."""
+        """summary.json and events.csv (byte-identical for the same scenario and seed).
+
+        events.csv first, summary.json last and each renamed into place (hops.outputs), so
+        an interrupted write never leaves a summary.json that looks complete.
+        """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = {"summary": out / "summary.json"}
-        paths["summary"].write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
+        paths = {}
         if self.scenario.output.get("events", True):
-            paths["events"] = out / "events.csv"
-            self.timeline.write_csv(paths["events"])
-        return paths
+            paths["events"] = outputs.write_with(out / "events.csv", self.timeline.write_csv)
+        paths["summary"] = self.write_summary(out)
+        return {"summary": paths.pop("summary"), **paths}
+
+    def write_summary(self, out_dir: str | Path) -> Path:
+        """summary.json, keys in natural order (h100_2 before h100_10), fsynced: the completion marker."""
+        prov = self.summary.get("provenance")
+        if isinstance(prov, dict) and self.source and not prov.get("scenario_file"):
+            prov["scenario_file"] = self.source
+        return outputs.write_text(Path(out_dir) / outputs.SUMMARY, outputs.summary_json(self.summary), sync=True)
 
 
 def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None = None) -> Result:
@@ -54,6 +66,8 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "model_fingerprint": catalog.fingerprint(),
     })
     summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"]))
+    # the same for a dict, an OmegaConf config or a file; write_summary() adds the file it came from
+    summary["provenance"] = {**code_provenance(), "scenario": None, "scenario_file": None}
     extras = dict(res.extras)
     if sc.failure is not None:
         extras["horizon"] = horizon = run_horizon(sc, topo, catalog, summary, seed)
@@ -61,7 +75,30 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
 
         summary["failures"] = summary_block(horizon)
         summary["stragglers"] = {d: f for d, f in sorted(res.extras["stragglers"].items()) if f != 1.0}
-    return Result(sc, summary, res.timeline, extras)
+    source = str(Path(scenario).resolve()) if isinstance(scenario, (str, Path)) else None
+    return Result(sc, summary, res.timeline, extras, source=source)
+
+
+@functools.lru_cache(maxsize=1)
+def code_provenance() -> dict:
+    """The hops version and, when hops runs from a git checkout, its commit (once per process)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("hops")
+    except metadata.PackageNotFoundError:
+        version = None
+    commit = None
+    here = Path(__file__).resolve().parent
+    try:  # only when hops/ itself is the checkout's (not a wheel inside a venv inside some repo)
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=10)
+        lines = out.stdout.split()
+        if out.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == here.parent:
+            commit = lines[1]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"hops_version": version, "git_commit": commit}
 
 
 def run_horizon(sc: Scenario, topo: Topology, catalog: Catalog, summary: dict, seed: int):
@@ -102,5 +139,6 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
         opt = st.weights_mb * m["optimizer_bytes_per_weight_byte"] if sc.optimizer_enabled else 0.0
         peak[st.device] = peak.get(st.device, 0.0) + st.weights_mb + opt + peak_in_flight[i] * act
     capacity = {d: topo.devices[d].memory_gb * 1000.0 for d in peak}
-    return {"peak_memory_mb": dict(sorted(peak.items())), "memory_capacity_mb": dict(sorted(capacity.items())),
-            "memory_over_capacity": sorted(d for d in peak if peak[d] > capacity[d])}
+    order = sorted(peak, key=outputs.natural_key)
+    return {"peak_memory_mb": {d: peak[d] for d in order}, "memory_capacity_mb": {d: capacity[d] for d in order},
+            "memory_over_capacity": [d for d in order if peak[d] > capacity[d]]}

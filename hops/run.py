@@ -19,13 +19,22 @@ plots are drawn (output.plots=true).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from .errors import HopsError
+from .outputs import schedule_text
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+def _conf_dir() -> Path:
+    """The Hydra config tree: the copy a wheel ships as hops/conf, else the checkout's conf/."""
+    here = Path(__file__).resolve().parent
+    return here / "conf" if (here / "conf" / "config.yaml").is_file() else here.parent / "conf"
+
+
+CONF_DIR = _conf_dir()
 SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
 GROUP_SECTIONS = SECTIONS[:-1]  # config groups; `overrides` is a plain key of conf/config.yaml
 # Mappings whose keys are open-ended (preset names, device ids, the failure schema):
@@ -46,17 +55,26 @@ def task(cfg) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from .outputs import SUMMARY
+
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    # A summary.json left by an earlier run into this directory would make this one look
+    # complete if it is interrupted: summary.json is written last, and only by this run.
+    (run_dir / SUMMARY).unlink(missing_ok=True)
+    bar = _steps(multirun)
     try:
         doc, name = scenario_document(cfg, hc)
         catalog = load_catalog(cfg)
 
         from . import simulate
 
+        bar.set_description(f"hops: simulating {_size(doc)}")
         result = simulate(doc, catalog=catalog)
+        bar.update()
     except HopsError as exc:
+        bar.close()
         src = cfg.get("scenario_file")
         if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
             exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
@@ -74,11 +92,52 @@ def task(cfg) -> float:
         sys.exit(EXIT_USER_ERROR)
     (run_dir / ERROR_FILE).unlink(missing_ok=True)
     sm = result.summary
-    title = (f"{name} · {sm.get('schedule')} · {sm['throughput']['samples_per_s']:.2f} samples/s · "
+    sm["provenance"].update(scenario=name.removesuffix(" (default)"),
+                            scenario_file=_scenario_file(cfg))
+    title = (f"{name} · {schedule_text(sm)} · {sm['throughput']['samples_per_s']:.2f} samples/s · "
              f"bubble {100 * sm['bubble_ratio']:.1f} %")
-    paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg))
-    _emit(job_line(result.summary, hc, run_dir) if multirun else format_summary(result, name, paths))
+    paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg), bar=bar)
+    bar.close()
+    text = job_line(result.summary, hc, run_dir) if multirun else format_summary(result, name, paths)
+    _emit(text)
+    _to_job_log(text)
     return float(result.summary["throughput"]["samples_per_s"])
+
+
+def _scenario_file(cfg) -> str | None:
+    if not cfg.get("scenario_file"):
+        return None
+    from hydra.utils import to_absolute_path
+
+    return str(Path(to_absolute_path(str(cfg.scenario_file))))
+
+
+def _size(doc: dict) -> str:
+    sim, pipe = doc.get("simulation") or {}, doc.get("pipeline") or {}
+    return (f"{len(pipe.get('stages') or [])} stages x {sim.get('microbatches', '?')} microbatches x "
+            f"{sim.get('batches', 1)} iterations")
+
+
+def _steps(multirun: bool):
+    """Progress over the run's steps (simulate, each output), shown only if the run takes > 2 s.
+
+    Sweep jobs run side by side and print one line each, so they get no bar; neither does
+    a stderr that is not a terminal (logs, CI).
+    """
+    from tqdm import tqdm
+
+    return tqdm(total=6, delay=2.0, disable=multirun or not sys.stderr.isatty(), leave=False, unit="step",
+                bar_format="{desc} [{elapsed}] {n}/{total} steps")
+
+
+def _to_job_log(text: str) -> None:
+    """Hydra's job log (<run dir>/run.log) gets the printed summary too."""
+    import logging
+
+    record = logging.LogRecord("hops.run", logging.INFO, __file__, 0, text, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
 
 
 def scenario_document(cfg, hc) -> tuple[dict, str]:
@@ -93,6 +152,7 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
             raise ScenarioError("scenario_file", "use either +scenario=NAME or scenario_file=PATH, not both")
         from hydra.utils import to_absolute_path
 
+        from .engine import MAX_STAGES
         from .scenario import load_document
 
         path = Path(to_absolute_path(str(cfg.scenario_file)))
@@ -101,6 +161,10 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
         data, _ = load_document(path)
         if not isinstance(data, dict):
             raise ScenarioError("scenario_file", f"{path}: expected a mapping of scenario sections")
+        stages = data["pipeline"].get("stages") if isinstance(data.get("pipeline"), dict) else None
+        if isinstance(stages, list) and len(stages) > MAX_STAGES:  # before OmegaConf copies it (~1 ms per stage)
+            raise ScenarioError("pipeline.stages", f"{len(stages)} stages; the engine runs at most {MAX_STAGES}",
+                                str(path))
         doc = OmegaConf.create(data)
         apply_section_overrides(doc, list(hc.overrides.task), cfg)
         name = path.parent.name if path.name == "hops.base.yaml" else path.stem
@@ -170,26 +234,51 @@ def load_catalog(cfg):
 
 
 def write_outputs(result, run_dir: Path, title: str | None = None,
-                  catalog_overrides: dict | None = None) -> dict[str, Path]:
-    """summary.json + events.csv (Result.write), then plots and trace.json as configured."""
-    paths = dict(result.write(run_dir))
-    paths["scenario"] = run_dir / "scenario.yaml"  # exactly what ran: re-run with scenario_file=<this>
-    paths["scenario"].write_text(_scenario_yaml(result.scenario.raw, catalog_overrides))
+                  catalog_overrides: dict | None = None, bar=None) -> dict[str, Path]:
+    """Every output of a run, each renamed into place once complete, summary.json last.
+
+    A directory without summary.json is an interrupted (or failed) run, never a complete one.
+    """
+    from . import outputs
+
+    def step(what: str) -> None:
+        if bar is not None:
+            bar.set_description(f"hops: writing {what}")
+            bar.update()
+
+    run_dir.mkdir(parents=True, exist_ok=True)
     out = result.scenario.output
+    paths: dict[str, Path] = {"summary": run_dir / outputs.SUMMARY}  # listed first, written last
+    if out.get("events", True):
+        step("events.csv")
+        paths["events"] = outputs.write_with(run_dir / "events.csv", result.timeline.write_csv)
+    # exactly what ran: re-run with scenario_file=<this>
+    paths["scenario"] = outputs.write_text(run_dir / "scenario.yaml",
+                                           _scenario_yaml(result.scenario.raw, catalog_overrides))
     if out.get("plots", True):
         from .plots import plot_dashboard, plot_timeline
 
-        paths["timeline"] = Path(plot_timeline(result.timeline, run_dir / "timeline.png", title=title))
-        paths["dashboard"] = Path(plot_dashboard(result.summary, result.timeline, run_dir / "dashboard.png"))
+        step("timeline.png")
+        paths["timeline"] = outputs.write_with(run_dir / "timeline.png",
+                                               lambda p: plot_timeline(result.timeline, p, title=title))
+        step("dashboard.png")
+        paths["dashboard"] = outputs.write_with(
+            run_dir / "dashboard.png", lambda p: plot_dashboard(result.summary, result.timeline, p))  # names scenario + schedule
         if result.extras.get("horizon") is not None:
             from .plots.progress import plot_progress
 
-            paths["progress"] = Path(plot_progress(result.extras["horizon"], run_dir / "progress.png",
-                                                   title=title))
+            paths["progress"] = outputs.write_with(
+                run_dir / "progress.png", lambda p: plot_progress(result.extras["horizon"], p, title=title))
     if out.get("chrome_trace", True):
         from .chrome_trace import write_chrome_trace
 
-        paths["trace"] = Path(write_chrome_trace(result.timeline, run_dir / "trace.json"))
+        gz = bool(out.get("chrome_trace_gz", False))
+        name = "trace.json.gz" if gz else "trace.json"
+        step(name)
+        paths["trace"] = outputs.write_with(run_dir / name, lambda p: write_chrome_trace(result.timeline, p,
+                                                                                        compress=gz))
+    step("summary.json")
+    result.write_summary(run_dir)
     if out.get("dir"):
         print(f"note: output.dir={out['dir']} is ignored by hops.run; outputs go to Hydra's run dir "
               f"(set hydra.run.dir=DIR)", file=sys.stderr)
@@ -238,19 +327,50 @@ def slowest_stage(summary: dict) -> dict | None:
     return {**worst, "per_microbatch_ms": per_mb(worst), "utilization": util}
 
 
+COMPACT_DEVICES = 8  # above this many devices the memory line is a digest, not a list
+
+
+def memory_lines(s: dict) -> list[str]:
+    """Peak memory per device (pipeline order, then natural: h100_2 before h100_10), or a digest for big clusters."""
+    from .outputs import natural_key
+
+    peak, cap = s.get("peak_memory_mb", {}), s.get("memory_capacity_mb", {})
+    if not peak:
+        return []
+    # pipeline order (the order the summary's stages print in), then devices no stage uses
+    order = list(dict.fromkeys([st["device"] for st in s.get("stages", []) if st["device"] in peak]
+                               + sorted(peak, key=natural_key)))
+    over = [d for d in order if d in (s.get("memory_over_capacity") or [])]
+
+    def gb(d: str) -> str:
+        return f"{d} {peak[d] / 1000:.1f}/{cap.get(d, float('nan')) / 1000:.0f} GB"
+
+    if len(order) > COMPACT_DEVICES:
+        ratio = {d: peak[d] / cap[d] if cap.get(d) else float("nan") for d in order}
+        hi, lo = max(order, key=lambda d: ratio[d]), min(order, key=lambda d: ratio[d])
+        lines = [f"  peak memory    {len(order)} devices, fullest {gb(hi)} ({100 * ratio[hi]:.0f} %), "
+                 f"emptiest {gb(lo)} ({100 * ratio[lo]:.0f} %)"]
+        if over:
+            shown = ", ".join(over[:6]) + (f" and {len(over) - 6} more" if len(over) > 6 else "")
+            lines.append(f"  !! over memory capacity: {len(over)} devices: {shown}")
+        return lines
+    lines: list[str] = []
+    row: list[str] = []
+    for item in map(gb, order):  # wrap at ~100 columns
+        if row and 17 + len("   ".join([*row, item])) > 100:
+            lines.append(("  peak memory    " if not lines else " " * 17) + "   ".join(row))
+            row = []
+        row.append(item)
+    lines.append(("  peak memory    " if not lines else " " * 17) + "   ".join(row))
+    if over:
+        lines.append(f"  !! over memory capacity: {', '.join(over)}")
+    return lines
+
+
 def format_summary(result, name: str, paths: dict[str, Path]) -> str:
     s = result.summary
     tp = s["throughput"]
-    sched = s.get("schedule", "?")
-    eff = s.get("scheduler_effective")
-    try:
-        from .schedulers import resolve_scheduler
-
-        own_name = resolve_scheduler(sched).name
-    except Exception:  # noqa: BLE001 - display only
-        own_name = sched
-    sched_txt = sched if not eff or eff == own_name else f"{sched} (chose {eff})"
-    lines = [f"HOPS {name}: {len(s.get('stages', []))} stages, schedule {sched_txt}, seed {s.get('seed')}",
+    lines = [f"HOPS {name}: {len(s.get('stages', []))} stages, schedule {schedule_text(s)}, seed {s.get('seed')}",
              f"  throughput     {tp['samples_per_s']:.2f} samples/s  ({tp['microbatches_per_s']:.2f} microbatches/s, "
              f"{tp['iterations_per_s']:.3f} iterations/s)",
              f"  bubble         {100 * s['bubble_ratio']:.1f} %{_idle_split(s)}   makespan {s['makespan_ms']:.0f} ms over "
@@ -263,21 +383,7 @@ def format_summary(result, name: str, paths: dict[str, Path]) -> str:
         lines.append(f"  slowest stage  {worst['stage']} on {worst['device']} ({worst['gpu']}): F {e['F']:.1f} + "
                      f"B {worst['per_microbatch_ms'] - e['F']:.1f} = {worst['per_microbatch_ms']:.1f} ms per "
                      f"microbatch{util}")
-    peak, cap = s.get("peak_memory_mb", {}), s.get("memory_capacity_mb", {})
-    if peak:
-        order = list(dict.fromkeys([st["device"] for st in s.get("stages", []) if st["device"] in peak] + list(peak)))
-        peak_line = len(lines)
-        items = [f"{d} {peak[d] / 1000:.1f}/{cap.get(d, float('nan')) / 1000:.0f} GB" for d in order]
-        row: list[str] = []
-        for item in items:  # wrap at ~100 columns
-            if row and 17 + len("   ".join([*row, item])) > 100:
-                lines.append(("  peak memory    " if len(lines) == peak_line else " " * 17) + "   ".join(row))
-                row = []
-            row.append(item)
-        lines.append(("  peak memory    " if len(lines) == peak_line else " " * 17) + "   ".join(row))
-        over = s.get("memory_over_capacity") or []
-        if over:
-            lines.append(f"  !! over memory capacity: {', '.join(over)}")
+    lines += memory_lines(s)
     fails = s.get("failures")
     if isinstance(fails, dict):
         intr = fails.get("interruptions", {})
@@ -303,8 +409,11 @@ def _available(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-def user_error_message(exc: BaseException) -> str | None:
-    """One line for an error caused by the user's input; None for anything else (a bug)."""
+def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str | None:
+    """One line for an error caused by the user's input; None for anything else (a bug).
+
+    `argv` (the command line) lets a mistyped key's hint be the corrected command.
+    """
     if isinstance(exc, HopsError):
         return str(exc)
     missing = missing_slurm_tools(exc)
@@ -336,7 +445,7 @@ def user_error_message(exc: BaseException) -> str | None:
             parent = getattr(cause, "parent_node", None)
             keys = sorted(str(k) for k in parent.keys()) if parent is not None and hasattr(parent, "keys") else []
             hint = f"; expected one of {', '.join(keys)}" if keys else ""
-            return f"{full_key}: unknown key{hint} (prefix + to add a new key: +{full_key}=...)"
+            return f"{full_key}: unknown key{hint}{_did_you_mean(str(full_key), keys, argv)}"
         if "No match in the defaults list" in text and "'scenario'" in text:
             return f"scenario: use +scenario=NAME (with a +); available: {', '.join(_available('scenario'))}"
         if "Multiple values for scenario" in text:
@@ -358,6 +467,30 @@ def missing_slurm_tools(exc: BaseException) -> list[str]:
     return [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
 
 
+def _did_you_mean(full_key: str, keys: list[str], argv: list[str] | None) -> str:
+    """"; did you mean: python -m hops.run pipeline.schedule=gpipe" — the user's own command, key corrected.
+
+    No "+key=" hint: a key the scenario schema does not know is refused by hops anyway.
+    """
+    import difflib
+
+    parent, _, leaf = full_key.rpartition(".")
+    close = difflib.get_close_matches(leaf, keys, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    fixed = f"{parent}.{close[0]}" if parent else close[0]
+    args = list(argv or [])
+    for i, a in enumerate(args):
+        key, eq, value = a.partition("=")
+        bare = key.lstrip("+~")
+        if eq and (bare == full_key or bare.startswith(full_key + ".")):
+            args[i] = f"{key[:len(key) - len(bare)]}{fixed}{bare[len(full_key):]}={value}"
+            break
+    else:
+        return f"; did you mean {fixed}?"
+    return f"; did you mean: {PROG} {' '.join(shlex.quote(a) for a in args)}"
+
+
 def _squash(text: str) -> str:
     """Hydra messages are multi-line; the user gets one line."""
     parts = [p.strip() for p in text.replace("\t", " ").splitlines() if p.strip()]
@@ -377,8 +510,8 @@ def main(argv: list[str] | None = None) -> None:
     import hydra
 
     if not (CONF_DIR / "config.yaml").is_file():
-        print(f"error: config tree not found at {CONF_DIR} (hops.run needs the repository checkout's conf/; "
-              f"install with pip install -e .)", file=sys.stderr)
+        print(f"error: config tree not found at {CONF_DIR} (a broken install: reinstall hops with pip install .)",
+              file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     args = open_namespace_args(list(sys.argv[1:] if argv is None else argv))
     global _USER_FULL_ERROR
@@ -401,7 +534,7 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # `python -m hops.run --help | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except Exception as exc:  # noqa: BLE001 - classified below
-        message = None if user_full_error else user_error_message(exc)
+        message = None if user_full_error else user_error_message(exc, list(args))
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
@@ -410,6 +543,27 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = saved_argv
         if not user_full_error:
             os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+PROG = "python -m hops.run"  # how the user ran us, for suggested commands (`hops` via cli())
+SUBCOMMANDS = {"sweep": "hops.sweep", "autoresearch": "autoresearch.__main__"}
+
+
+def cli() -> None:
+    """The `hops` console script: the run app, plus `hops sweep DIR` and `hops autoresearch ...`.
+
+    A bare first word is never a Hydra override (those hold `=` or start with + ~ -), so
+    the subcommands cannot shadow one. `hops` being a real executable is what Hydra's
+    shell completion needs: eval "$(hops -sc install=bash)".
+    """
+    global PROG
+    PROG = "hops"
+    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+        import importlib
+
+        sub = importlib.import_module(SUBCOMMANDS[sys.argv[1]])
+        sys.exit(sub.main(sys.argv[2:]))
+    main()
 
 
 if __name__ == "__main__":

@@ -187,7 +187,10 @@ def parse_distribution(data: Any, path: str, source: str | None) -> Distribution
 def load_document(source: Any) -> tuple[dict, str | None]:
     """Accept a path, a dict or an OmegaConf config; return a plain dict and its source name."""
     if isinstance(source, (str, Path)):
+        from .traces.guard import check_path
+
         path = Path(source)
+        check_path(path)  # a held-out fixture's hops.base.yaml (hops.simulate, hops.run) is not read
         if not path.is_file():
             raise ScenarioError("scenario", f"file not found: {path}")
         try:
@@ -258,9 +261,10 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
     dev_over = _parse_device_overrides(overrides, device_ids)
 
     out = top.reader("output")
-    out.check_keys({"dir", "plots", "events", "chrome_trace", "mlflow"})
+    out.check_keys({"dir", "plots", "events", "chrome_trace", "chrome_trace_gz", "mlflow"})
     output = {"dir": out.get("dir", str, None), "plots": out.get("plots", bool, True),
               "events": out.get("events", bool, True), "chrome_trace": out.get("chrome_trace", bool, True),
+              "chrome_trace_gz": out.get("chrome_trace_gz", bool, False),
               "mlflow": out.get("mlflow", bool, False)}  # acted on by the run app (hops/run_mlflow.py) only
 
     host = pipe.data.get("host_overhead")
@@ -318,10 +322,18 @@ def _parse_devices(hw: _Reader, catalog) -> tuple[DeviceSpec, ...]:
     return tuple(devices)
 
 
+def _check_depth(pipe: _Reader, n: int) -> None:
+    from .engine import MAX_STAGES
+
+    if n > MAX_STAGES:
+        pipe.fail(pipe.sub("stages"), f"{n} stages; the engine runs at most {MAX_STAGES} (benchmarks/scale_bench.py)")
+
+
 def _parse_stages(pipe: _Reader, device_ids: set[str], src) -> tuple[Stage, ...]:
     items = pipe.get("stages", list)
     if not items:
         pipe.fail(pipe.sub("stages"), "expected a non-empty list of stages")
+    _check_depth(pipe, len(items))  # before the per-stage parse: a huge list is refused at once
     stages = []
     for i, item in enumerate(items):
         r = _Reader(item, f"{pipe.sub('stages')}[{i}]", src)

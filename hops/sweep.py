@@ -4,9 +4,14 @@
 `-m` run ends it reads each job's `.hydra/overrides.yaml` and `summary.json` from disk,
 so it works whatever launcher ran the jobs (joblib worker processes, submitit, Ray),
 and writes `<sweep dir>/sweep_results.csv`. Rebuild a table by hand (e.g. after a Slurm
-sweep where some jobs failed) with:
+sweep where some jobs failed, or one that was killed) with:
 
     python -m hops.sweep multirun/2025-01-01/12-00-00
+
+A job's status is `ok` only if its summary.json exists: hops.run writes it last (hops.outputs).
+A job directory without one is `interrupted`, and so is a job of the sweep's job list
+(multirun.yaml) that never got a directory; both make the sweep exit with code 2.
+While a sweep runs, a progress bar counts finished jobs (when it takes more than 2 s).
 
 Importing this module is cheap (Hydra instantiates callbacks on every run); pandas is
 imported only when a table is written.
@@ -46,11 +51,17 @@ class SweepTable(Callback):
     def __init__(self, filename: str = "sweep_results.csv") -> None:
         self.filename = filename
         self._started: float | None = None
+        self._progress: _Progress | None = None
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
         self._started = time.time()
+        if sys.stderr.isatty():
+            self._progress = _Progress(Path(str(config.hydra.sweep.dir)), self._started,
+                                       _job_list(config.hydra))
 
     def on_multirun_end(self, config, **kwargs: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
         sweep_dir = Path(str(config.hydra.sweep.dir))
         path = write_sweep_table(sweep_dir, self.filename, since=self._started)
         if path is None:
@@ -63,6 +74,63 @@ class SweepTable(Callback):
             job, status = failed[0]
             FAILED_SWEEPS.append(f"{len(failed)} sweep job(s) failed (see {path}); job {job}: "
                                  f"{status.removeprefix('error: ')}")
+
+
+class _Progress:
+    """A tqdm bar of finished jobs, counted on disk (any launcher), updated by a thread."""
+
+    def __init__(self, sweep_dir: Path, since: float, jobs: list | None):
+        import threading
+
+        from tqdm import tqdm
+
+        self.sweep_dir, self.since = sweep_dir, since
+        self.bar = tqdm(total=len(jobs) if jobs is not None else None, desc="sweep", unit="job", delay=2.0,
+                        leave=False)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _finished(self) -> int:
+        return sum(1 for d in job_dirs(self.sweep_dir, self.since)
+                   if (d / "summary.json").is_file() or (d / "error.txt").is_file())
+
+    def _poll(self) -> None:
+        while not self.done.wait(0.5):
+            self.bar.update(self._finished() - self.bar.n)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self.bar.close()
+
+
+def _job_list(hydra_cfg) -> list[list[str]] | None:
+    """Every job's overrides, in job order, as Hydra's basic sweeper launches them; None for other sweepers."""
+    try:
+        if not str(hydra_cfg.sweeper._target_).endswith("BasicSweeper"):
+            return None
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()]
+        parsed = OverridesParser.create().parse_overrides([*params, *hydra_cfg.overrides.task])
+        return BasicSweeper.split_arguments(parsed, None)[0]
+    except Exception:  # noqa: BLE001 - without a job list, only started jobs are reported
+        return None
+
+
+def expected_jobs(sweep_dir: Path) -> list[list[str]] | None:
+    """The sweep's job list from <sweep dir>/multirun.yaml (written before any job starts)."""
+    path = Path(sweep_dir) / "multirun.yaml"
+    if not path.is_file():
+        return None
+    try:
+        from omegaconf import OmegaConf
+
+        return _job_list(OmegaConf.load(path).hydra)
+    except Exception:  # noqa: BLE001 - an unreadable multirun.yaml: report what is on disk
+        return None
 
 
 def job_dirs(sweep_dir: Path, since: float | None = None) -> list[Path]:
@@ -127,7 +195,7 @@ def collect(sweep_dir: Path, since: float | None = None) -> tuple[list[dict], li
             if key not in keys:
                 keys.append(key)
             row[key] = value
-        summary_path = job_dir / "summary.json"
+        summary_path = job_dir / "summary.json"  # hops.outputs.SUMMARY: written last, so present = complete
         error_path = job_dir / "error.txt"  # hops.run.ERROR_FILE
         if error_path.is_file():
             row["status"] = "error: " + error_path.read_text().strip()
@@ -135,8 +203,20 @@ def collect(sweep_dir: Path, since: float | None = None) -> tuple[list[dict], li
             row["status"] = "ok"
             row.update(headline(json.loads(summary_path.read_text())))
         else:
-            row["status"] = "no summary.json"
+            row["status"] = "interrupted: no summary.json (killed, or still running)"
         row["dir"] = str(job_dir.relative_to(sweep_dir))
+        rows.append(row)
+    seen = {r["job"] for r in rows}
+    for num, overrides in enumerate(expected_jobs(sweep_dir) or []):
+        if num in seen:
+            continue
+        row = {"job": num, "status": "interrupted: never started (no job directory)", "dir": None}
+        for item in overrides:
+            key, _, value = str(item).partition("=")
+            key = key.lstrip("+~")
+            if key not in keys:
+                keys.append(key)
+            row[key] = value
         rows.append(row)
     rows.sort(key=lambda r: (r["job"] is None, r["job"] if r["job"] is not None else 0, r["dir"]))
     return rows, keys
@@ -175,6 +255,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no Hydra jobs under {args[0]}", file=sys.stderr)
         return 2
     print(path)
+    bad = failed_jobs(path)
+    if bad:
+        interrupted = sum(1 for _, status in bad if status.startswith("interrupted"))
+        print(f"error: {len(bad)} of the sweep's jobs did not finish ({interrupted} interrupted, "
+              f"{len(bad) - interrupted} failed); job {bad[0][0]}: {bad[0][1]}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -6,6 +6,7 @@ are computed by the same code and cannot drift apart by definition.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,12 +91,29 @@ class Timeline:
         return pd.DataFrame({name: getattr(self, name) for name in EVENTS_CSV_HEADER + ("iteration",)})
 
     def write_csv(self, path: str | Path) -> None:
-        """events.csv with the exact contract header; floats at µs resolution so output is byte-stable."""
+        """events.csv with the exact contract header; floats at µs resolution so output is byte-stable.
+
+        One formatting pass over whole columns instead of a csv.writer call per row, with the
+        csv module's quoting applied once per distinct string: the same bytes, several times faster.
+        """
+        quoted: dict[str, str] = {}
+
+        def q(column: np.ndarray) -> list[str]:
+            values = column.tolist()
+            for v in set(values) - quoted.keys():
+                quoted[v] = _csv_field(v)
+            return [quoted[v] for v in values]
+
+        cols = (q(self.kind), self.stage.tolist(), q(self.device), self.microbatch.tolist(), q(self.phase),
+                self.start_ms.tolist(), self.end_ms.tolist(), q(self.src), q(self.dst))
+        rows = map("%s,%d,%s,%d,%s,%.6f,%.6f,%s,%s\n".__mod__, zip(*cols))
         with open(path, "w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(EVENTS_CSV_HEADER)
-            for i in range(len(self)):
-                w.writerow((
-                    self.kind[i], int(self.stage[i]), self.device[i], int(self.microbatch[i]), self.phase[i],
-                    f"{self.start_ms[i]:.6f}", f"{self.end_ms[i]:.6f}", self.src[i], self.dst[i],
-                ))
+            fh.write(",".join(EVENTS_CSV_HEADER) + "\n")
+            fh.writelines(rows)
+
+
+def _csv_field(value: str) -> str:
+    """One field exactly as csv.writer (QUOTE_MINIMAL) writes it inside a row."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow((value, ""))
+    return buf.getvalue()[:-2]

@@ -124,6 +124,67 @@ def test_chrome_trace_is_deterministic(tmp_path):
     assert a == b
 
 
+def test_back_to_back_events_share_one_lane_per_stage_and_link(tmp_path):
+    """A simulated 1F1B run: every event starts where the previous one on its track ended.
+
+    Separately rounded ts and dur used to make such neighbours overlap by 1 ns, which
+    opened a spurious "#2" lane for every stage.
+    """
+    from hops import simulate
+
+    doc = {"simulation": {"batches": 2, "microbatches": 16, "seed": 3},
+           "pipeline": {"schedule": "1f1b", "compute_jitter": 0.05,
+                        "stages": [{"device": f"g{i}", "weights_mb": 100,
+                                    "compute": {"mode": "analytical", "tflop": 0.06, "memory_mb": 33}}
+                                   for i in range(4)]},
+           "hardware": {"devices": [{"id": f"g{i}", "gpu": "h100", "node": f"n{i}"} for i in range(4)],
+                        "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}}}
+    tl = simulate(doc).timeline
+    events = load_trace(write_chrome_trace(tl, tmp_path / "trace.json"))
+    transfer = tl.kind == "transfer"
+    links = {f"{a}->{b}" for a, b in zip(tl.src[transfer], tl.dst[transfer])}
+    names = sorted(thread_names(events).values())
+    assert len(names) == tl.n_stages + len(links), names
+    assert not [n for n in names if "#" in n]
+    # and the slices still tile each track exactly: ts + dur of one is the next one's ts
+    by_thread: dict[tuple, list] = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_thread.values():
+        spans.sort()
+        assert all(round(prev[1], 3) <= nxt[0] for prev, nxt in zip(spans, spans[1:]))
+
+
+def test_chrome_trace_gz_is_the_same_trace_compressed(tmp_path):
+    import gzip
+
+    tl = gpipe_timeline(6, 10)
+    plain = write_chrome_trace(tl, tmp_path / "trace.json").read_bytes()
+    packed = write_chrome_trace(tl, tmp_path / "trace.json.gz").read_bytes()
+    assert packed[:2] == b"\x1f\x8b" and gzip.decompress(packed) == plain
+    assert len(packed) < len(plain) / 4
+    again = write_chrome_trace(tl, tmp_path / "again.json.gz").read_bytes()
+    assert again == packed, "no timestamp or file name in the gzip header: same trace, same bytes"
+
+
+def test_chrome_trace_slices_match_the_timeline(tmp_path):
+    """Every event appears once with its own times (µs, exact to the ns), phase and ids."""
+    tl = gpipe_timeline(3, 5)
+    xs = [e for e in load_trace(write_chrome_trace(tl, tmp_path / "t.json")) if e["ph"] == "X"]
+    t0 = float(tl.start_ms.min())
+    assert [e["ts"] for e in xs] == [round((s - t0) * 1000, 3) for s in tl.start_ms.tolist()]
+    assert [e["dur"] for e in xs] == pytest.approx([(e - s) * 1000 for s, e in zip(tl.start_ms, tl.end_ms)],
+                                                   abs=1e-3)
+    assert [(e["args"]["microbatch"], e["args"]["stage"], e["cat"]) for e in xs] == \
+        list(zip(tl.microbatch.tolist(), tl.stage.tolist(), tl.kind.tolist()))
+    for e, src, dst in zip(xs, tl.src.tolist(), tl.dst.tolist()):
+        if e["cat"] == "transfer":
+            assert (e["args"]["src"], e["args"]["dst"]) == (src, dst)
+        else:
+            assert "src" not in e["args"]
+
+
 def test_overlapping_events_get_their_own_lane(tmp_path):
     """Perfetto mis-draws overlapping slices on one thread; they must be split into lanes."""
     rows = {c: [] for c in COLUMNS}
@@ -197,3 +258,58 @@ def test_importing_plots_does_not_import_matplotlib():
     code = ("import sys, hops.timeline, hops.metrics, hops.plots, hops.chrome_trace; "
             "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ---------------------------------------------------------------- dashboard contents
+def drawn_figure(monkeypatch, summary, tl, tmp_path, **kw):
+    """Render the dashboard and return the matplotlib Figure it saved."""
+    from matplotlib.figure import Figure
+
+    from hops.plots import plot_dashboard
+
+    seen = []
+    orig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (seen.append(self), orig(self, *a, **k))[1])
+    assert_png(plot_dashboard(summary, tl, tmp_path / "d.png", **kw))
+    return seen[0]
+
+
+def titles(fig) -> list[str]:
+    return [ax.get_title(loc="left") for ax in fig.axes]
+
+
+def test_dashboard_title_names_scenario_and_schedule(monkeypatch, tmp_path):
+    tl = gpipe_timeline(3, 6)
+    s = full_summary(tl)
+    s.update(schedule="hops_hetero", scheduler_effective="1f1b",
+             provenance={"scenario": "mixed_pp6", "scenario_file": None})
+    fig = drawn_figure(monkeypatch, s, tl, tmp_path)
+    assert fig.texts[0].get_text().startswith("HOPS mixed_pp6 · hops_hetero (chose 1f1b)")
+    s["provenance"] = {"scenario": None, "scenario_file": "/data/exp2_run97/hops.base.yaml"}
+    fig = drawn_figure(monkeypatch, s, tl, tmp_path)
+    assert fig.texts[0].get_text().startswith("HOPS exp2_run97 · hops_hetero (chose 1f1b)")
+
+
+def test_link_contention_panels_dropped_when_nothing_waited(monkeypatch, tmp_path):
+    tl = gpipe_timeline(3, 6)
+    s = full_summary(tl)
+    assert {"Contended transfers", "Wait for link (total)"} <= set(titles(drawn_figure(monkeypatch, s, tl, tmp_path)))
+    s["link_contention"] = {k: {"transfers": 10, "contended": 0, "wait_ms": 0.0} for k in s["link_contention"]}
+    fig = drawn_figure(monkeypatch, s, tl, tmp_path)
+    assert "Contended transfers" not in titles(fig) and "Wait for link (total)" not in titles(fig)
+    (panel,) = [ax for ax in fig.axes if ax.get_title(loc="left") == "Link contention"]
+    assert any("no link contention: all 40 transfers" in t.get_text() for t in panel.texts)
+
+
+def test_memory_bars_show_the_capacity_line(monkeypatch, tmp_path):
+    tl = gpipe_timeline(3, 6)
+    s = full_summary(tl)
+    s["peak_memory_mb"][tl.stage_devices[0]] = 30000.0  # over the 24576 MB capacity
+    fig = drawn_figure(monkeypatch, s, tl, tmp_path)
+    (ax,) = [a for a in fig.axes if a.get_title(loc="left") == "Peak memory vs capacity"]
+    from matplotlib.collections import LineCollection
+
+    lines = [c for c in ax.collections if isinstance(c, LineCollection)]
+    xs = sorted({round(float(seg[0][0]), 3) for c in lines for seg in c.get_segments()})
+    assert xs == [24.576], "a capacity line at 24.576 GB on every row"
+    assert ax.get_xlim()[1] > 30.0, "the over-capacity bar is not clipped"

@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -223,6 +224,41 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, pattern):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert re.search(pattern, err[0]), err[0]
+
+
+@pytest.mark.parametrize("typo", ["simulation.sed=3", "simulaton.seed=3", "pipeline.schedul=gpipe"])
+def test_a_mistyped_keys_suggestion_is_a_command_that_works(tmp_path, typo):
+    proc = cli(typo, "output.plots=false", f"hydra.run.dir={tmp_path / 'bad'}")
+    assert proc.returncode == 2
+    suggestion = proc.stderr.strip().split("did you mean: ", 1)[1]
+    argv = shlex.split(suggestion)
+    assert argv[:3] == ["python", "-m", "hops.run"]
+    fixed = cli(*argv[3:])
+    assert fixed.returncode == 0, fixed.stderr
+    assert (tmp_path / "bad" / "summary.json").is_file()
+
+
+def test_big_cluster_summary_is_compact_and_in_natural_order():
+    from hops.run import memory_lines
+
+    devices = [f"h100_{i}" for i in range(64)]
+    s = {"stages": [], "peak_memory_mb": {d: 1000.0 * (1 + i % 50) for i, d in enumerate(devices)},
+         "memory_capacity_mb": {d: 80000.0 for d in devices}, "memory_over_capacity": []}
+    lines = memory_lines(s)
+    assert len(lines) == 1 and "64 devices" in lines[0] and len(lines[0]) < 120, lines
+    assert "fullest h100_49 50.0/80 GB" in lines[0]
+    few = {"stages": [], "peak_memory_mb": {"h100_10": 1.0, "h100_2": 1.0, "a10g_1": 1.0},
+           "memory_capacity_mb": {"h100_10": 8e4, "h100_2": 8e4, "a10g_1": 8e4}, "memory_over_capacity": []}
+    line = memory_lines(few)[0]
+    assert line.index("a10g_1") < line.index("h100_2") < line.index("h100_10")
+
+
+def test_run_log_and_provenance(default_run):
+    out, proc = default_run
+    log = (out / "run.log").read_text()
+    assert "HOPS hetero_pp4 (default): 4 stages" in log and str(out / "summary.json") in log
+    prov = json.loads((out / "summary.json").read_text())["provenance"]
+    assert prov["scenario"] == "hetero_pp4" and prov["scenario_file"] is None and prov["hops_version"]
 
 
 def test_bad_input_from_the_command_line(tmp_path):

@@ -21,6 +21,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from tqdm import tqdm
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_REFERENCE = ROOT.parent / "shared" / "reference" / "hetero_bench"
@@ -391,9 +393,9 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futs = {pool.submit(run_config, str(path), FACTORS[cost]): (group, path.stem, cost)
                 for group, path, cost in jobs}
-        for fut, (group, name, cost) in futs.items():
+        for fut, (group, name, cost) in tqdm(futs.items(), desc="grid", unit="config", delay=2.0, disable=None):
             raw.setdefault((group, cost), {})[name] = fut.result()
-            print(f"  {group:9s} {cost:3s} {name:30s} {raw[(group, cost)][name]['seconds']:5.1f}s", flush=True)
+            tqdm.write(f"  {group:9s} {cost:3s} {name:30s} {raw[(group, cost)][name]['seconds']:5.1f}s")
     rows_by = {key: summarize(dict(sorted(raw[key].items()))) for key in
                [("reference", "on"), ("reference", "off"), ("own", "on"), ("own", "off")]}
     t_grid = time.perf_counter() - t_start
@@ -401,7 +403,8 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futs = {pool.submit(run_ablation, str(path), FACTORS[cost]): (group, path.stem, cost)
                 for group, path, cost in jobs}
-        for fut, (group, name, cost) in futs.items():
+        for fut, (group, name, cost) in tqdm(futs.items(), desc="ablations", unit="config", delay=2.0,
+                                             disable=None):
             abl.setdefault((group, cost), {})[name] = fut.result()
 
     placement_cases = []
@@ -413,7 +416,7 @@ def main(argv=None) -> int:
         catalog = Catalog.load()
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             futs = [pool.submit(plan_case, *c[:6], PROPOSED, catalog, c[6]) for c in cases(reference, own, catalog)]
-            placement_cases = [f.result() for f in futs]
+            placement_cases = [f.result() for f in tqdm(futs, desc="placement", unit="case", delay=2.0, disable=None)]
     t_total = time.perf_counter() - t_start
     fp_end = code_fingerprint()
     if fp_end != fp_start:

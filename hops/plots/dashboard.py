@@ -106,8 +106,13 @@ def _annotate(ax, y, x, texts, fs, xmax):
                 clip_on=False)
 
 
-def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
-    """Write the dashboard PNG for `summary` (summary.json dict) and its `timeline`; returns the path."""
+def plot_dashboard(summary: dict, timeline: Timeline, path, *, title: str | None = None) -> Path:
+    """Write the dashboard PNG for `summary` (summary.json dict) and its `timeline`; returns the path.
+
+    The header names the scenario and the schedule that ran (`title` replaces that part).
+    """
+    from ..outputs import scenario_label, schedule_text
+
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -158,11 +163,13 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
         return fig.add_axes([x / width, 1 - (y + h) / height, w / width, h / height])
 
     # ---- header
-    sched = summary.get("schedule", tl.meta.get("schedule", "?") if tl.meta else "?")
+    sched = schedule_text(summary) if "schedule" in summary else (tl.meta or {}).get("schedule", "?")
     seed = summary.get("seed", tl.meta.get("seed", "?") if tl.meta else "?")
+    scen = scenario_label(summary)
+    name = title or (f"HOPS {scen} · {sched}" if scen else f"HOPS run: {sched}")
     thr = summary.get("throughput", {}) or {}
     lat = summary.get("latency_ms", {}) or {}
-    fig.text(0.35 / width, 1 - 0.18 / height, f"HOPS run: {sched}   seed {seed}   {tl.n_stages} stages, "
+    fig.text(0.35 / width, 1 - 0.18 / height, f"{name}   seed {seed}   {tl.n_stages} stages, "
              f"{len(devices)} devices, {n_link} links", fontsize=13, weight="bold", va="top")
     head = (f"throughput {thr.get('samples_per_s', float('nan')):,.1f} samples/s "
             f"({thr.get('microbatches_per_s', float('nan')):,.2f} microbatches/s)    "
@@ -255,12 +262,14 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
             _annotate(ax_u, y, np.nan_to_num(u), [f"{100 * v:.0f}%" if np.isfinite(v) else "n/a" for v in u],
                       d_fs, 1.0)
         if peak or cap:
-            p = np.array([peak.get(d, np.nan) for d in devices], dtype=float) / 1024
-            c = np.array([cap.get(d, np.nan) for d in devices], dtype=float) / 1024
+            p = np.array([peak.get(d, np.nan) for d in devices], dtype=float) / 1000  # MB -> GB as summary.json counts them (80 GB = 80000 MB)
+            c = np.array([cap.get(d, np.nan) for d in devices], dtype=float) / 1000  # MB -> GB as summary.json counts them (80 GB = 80000 MB)
             ratio = p / c
             colors = np.where(ratio > 1.0, "#C44E52", np.where(ratio > 0.9, "#DD8452", "#55A868"))
             ax_m.barh(y, np.nan_to_num(c), color="#E3E3E3", height=0.82, label="capacity")
             ax_m.barh(y, np.nan_to_num(p), color=colors, height=0.5)
+            # the capacity as a line on every row, so a bar running past it shows where it ends
+            ax_m.vlines(c, y - 0.41, y + 0.41, colors="#333333", linewidth=1.1, zorder=3)
             xmax = float(np.nanmax(np.concatenate([p, c, [1e-3]]))) * 1.12
             ax_m.set_xlim(0, xmax)
             _hbar_axis(ax_m, dev_labels, d_fs, d_stride, False)
@@ -268,7 +277,8 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
                 _annotate(ax_m, y, np.nan_to_num(np.fmax(p, c)),
                           [f"{100 * r:.0f}%" if np.isfinite(r) else "" for r in ratio], d_fs, xmax / 1.12)
             ax_m.set_xlabel("GB", fontsize=8)
-            ax_m.legend(handles=[Patch(color="#E3E3E3", label="capacity"), Patch(color="#55A868", label="peak"),
+            ax_m.legend(handles=[Patch(facecolor="#E3E3E3", edgecolor="#333333", label="capacity"),
+                                 Patch(color="#55A868", label="peak"),
                                  Patch(color="#DD8452", label="peak > 90%"),
                                  Patch(color="#C44E52", label="peak > capacity")],
                         fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4,
@@ -308,10 +318,18 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
                      fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2,
                      bbox_transform=above(ax_lu, n_link),
                      handlelength=1.0, borderaxespad=0.15)
-        if contention:
-            tot = np.array([contention.get(k, {}).get("transfers", np.nan) for k in keys], dtype=float)
-            con = np.array([contention.get(k, {}).get("contended", np.nan) for k in keys], dtype=float)
-            wait = np.array([contention.get(k, {}).get("wait_ms", np.nan) for k in keys], dtype=float)
+        tot = np.array([contention.get(k, {}).get("transfers", np.nan) for k in keys], dtype=float)
+        con = np.array([contention.get(k, {}).get("contended", np.nan) for k in keys], dtype=float)
+        wait = np.array([contention.get(k, {}).get("wait_ms", np.nan) for k in keys], dtype=float)
+        if contention and not np.nansum(con) and not np.nansum(wait):
+            # two panels of zero bars say less than one sentence: drop them
+            box = [ax_lc.get_position().x0, ax_lc.get_position().y0]
+            for a in (ax_lc, ax_lw):
+                fig.delaxes(a)
+            ax_lc = ax_lw = fig.add_axes([box[0], box[1], (2 * lk_w + sep) / width, lk_h / height])
+            _note(ax_lc, f"no link contention: all {int(np.nansum(tot)):,} transfers started as soon as\n"
+                         f"their data was ready (0 contended, 0 ms waiting for a busy link)")
+        elif contention:
             ax_lc.barh(y, np.nan_to_num(tot), color="#E3E3E3", height=0.82)
             ax_lc.barh(y, np.nan_to_num(con), color="#C44E52", height=0.5)
             cmax = max(float(np.nanmax(np.append(tot, 1.0))), 1.0) * 1.15
@@ -342,8 +360,11 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
         for a in (ax_lu, ax_lc, ax_lw):
             _note(a, "no transfers")
     ax_lu.set_title("Utilization per link", fontsize=10, loc="left", pad=18 + lift(n_link))
-    ax_lc.set_title("Contended transfers", fontsize=10, loc="left", pad=18 + lift(n_link))
-    ax_lw.set_title("Wait for link (total)", fontsize=10, loc="left", pad=18 + lift(n_link))
+    if ax_lc is ax_lw:
+        ax_lc.set_title("Link contention", fontsize=10, loc="left", pad=18 + lift(n_link))
+    else:
+        ax_lc.set_title("Contended transfers", fontsize=10, loc="left", pad=18 + lift(n_link))
+        ax_lw.set_title("Wait for link (total)", fontsize=10, loc="left", pad=18 + lift(n_link))
 
     fig.savefig(path, dpi=_DPI, facecolor="white", metadata={"Software": None})
     return path

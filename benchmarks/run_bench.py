@@ -1,0 +1,128 @@
+"""What a run costs around the simulation: `hops.run` end to end vs `hops.simulate`, per output.
+
+Prints medians (and the ratio to the simulation) for:
+- a small scenario's warm `hops.simulate` (PP8 x 64; target <= 10 ms), and the preset
+  YAML parse it no longer repeats (libyaml vs pure Python, per-process catalog cache);
+- a large one (PP64 x 1024, 4 iterations): simulate, each output writer (events.csv,
+  trace.json, trace.json.gz, timeline.png, dashboard.png), and `python -m hops.run` end to
+  end with and without plots (target: end to end <= 2x the simulation).
+
+    python benchmarks/run_bench.py                   # both cases, 3 repeats
+    python benchmarks/run_bench.py --small-only      # the quick one
+    python benchmarks/run_bench.py --stages 32 --microbatches 512 --batches 2
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+import hops
+from hops.hardware import CATALOG_FILES, PRESET_DIR
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def scenario(p: int, m: int, batches: int) -> dict:
+    """1F1B with jitter on H100s, 8 per node (the engine benchmark's shape)."""
+    return {
+        "simulation": {"batches": batches, "microbatches": m, "seed": 7},
+        "pipeline": {"schedule": "1f1b", "compute_jitter": 0.05, "model": {"hidden_dim": 1024, "seq_len": 1024},
+                     "stages": [{"device": f"g{i}", "weights_mb": 1000,
+                                 "compute": {"mode": "analytical", "tflop": 0.06, "memory_mb": 128}}
+                                for i in range(p)]},
+        "hardware": {"devices": [{"id": f"g{i}", "gpu": "h100", "node": f"n{i // 8}"} for i in range(p)],
+                     "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}},
+    }
+
+
+def median_s(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def small(repeats: int) -> None:
+    doc = scenario(8, 64, 1)
+    hops.simulate(doc)  # warm: imports, preset cache
+    warm = median_s(lambda: hops.simulate(doc), max(repeats, 20))
+    texts = [(PRESET_DIR / name).read_text() for name in CATALOG_FILES.values()]
+    parse_py = median_s(lambda: [yaml.load(t, Loader=yaml.SafeLoader) for t in texts], 20)
+    c_loader = getattr(yaml, "CSafeLoader", None)
+    parse_c = median_s(lambda: [yaml.load(t, Loader=c_loader) for t in texts], 20) if c_loader else float("nan")
+    cached = median_s(hops.Catalog.load, 20)
+    print("small scenario: PP8 x 64, 1 iteration")
+    print(f"  hops.simulate warm (median of {max(repeats, 20)})  {1000 * warm:8.2f} ms   (target <= 10 ms)")
+    print(f"  preset YAML parse, pure Python         {1000 * parse_py:8.2f} ms   (what every simulate paid before)")
+    print(f"  preset YAML parse, libyaml CSafeLoader  {1000 * parse_c:8.2f} ms   (libyaml {'yes' if c_loader else 'no'})")
+    print(f"  Catalog.load, cached per process        {1000 * cached:8.2f} ms")
+
+
+def large(p: int, m: int, batches: int, repeats: int) -> None:
+    from hops.chrome_trace import write_chrome_trace
+    from hops.plots import plot_dashboard, plot_timeline
+
+    doc = scenario(p, m, batches)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        t_sim = median_s(lambda: hops.simulate(doc), repeats)
+        result = hops.simulate(doc)
+        n = len(result.timeline)
+        steps = {
+            "events.csv": lambda: result.timeline.write_csv(tmp / "events.csv"),
+            "trace.json": lambda: write_chrome_trace(result.timeline, tmp / "trace.json"),
+            "trace.json.gz": lambda: write_chrome_trace(result.timeline, tmp / "trace.json.gz"),
+            "timeline.png": lambda: plot_timeline(result.timeline, tmp / "timeline.png"),
+            "dashboard.png": lambda: plot_dashboard(result.summary, result.timeline, tmp / "dashboard.png"),
+        }
+        cost = {k: median_s(fn, repeats) for k, fn in steps.items()}
+        sizes = {k: (tmp / k).stat().st_size / 1e6 for k in steps}
+        path = tmp / "scenario.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        env = {**os.environ, "MPLBACKEND": "Agg"}
+
+        def cli(*args):
+            proc = subprocess.run([sys.executable, "-m", "hops.run", f"scenario_file={path}",
+                                   f"hydra.run.dir={tmp / 'run'}", *args], cwd=REPO, env=env,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(proc.stderr)
+
+        e2e_noplot = median_s(lambda: cli("output.plots=false"), repeats)
+        e2e_gz = median_s(lambda: cli("output.plots=false", "output.chrome_trace_gz=true"), repeats)
+        e2e = median_s(lambda: cli(), repeats)
+    print(f"large scenario: PP{p} x {m}, {batches} iterations, {n:,} events (medians of {repeats})")
+    print(f"  {'hops.simulate':34s} {t_sim:8.2f} s   1.00x")
+    for k, v in cost.items():
+        print(f"  {'write ' + k:34s} {v:8.2f} s   {v / t_sim:4.2f}x   {sizes[k]:8.1f} MB")
+    print(f"  {'hops.run end to end, plots off':34s} {e2e_noplot:8.2f} s   {e2e_noplot / t_sim:4.2f}x   "
+          f"(target <= 2x)")
+    print(f"  {'... plots off, trace.json.gz':34s} {e2e_gz:8.2f} s   {e2e_gz / t_sim:4.2f}x")
+    print(f"  {'hops.run end to end, plots on':34s} {e2e:8.2f} s   {e2e / t_sim:4.2f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--stages", type=int, default=64)
+    ap.add_argument("--microbatches", type=int, default=1024)
+    ap.add_argument("--batches", type=int, default=4)
+    ap.add_argument("--small-only", action="store_true")
+    args = ap.parse_args()
+    small(args.repeats)
+    if not args.small_only:
+        large(args.stages, args.microbatches, args.batches, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""HOPS from a wheel: `pip install .` (not the editable install) gives working commands.
+
+The wheel is built from this checkout and installed into a fresh virtualenv. To keep this
+to seconds, the virtualenv gets the wheel's dependencies from the environment running the
+tests (a .pth line pointing at its site-packages; that directory's own .pth files, such as
+the editable install's finder, are not processed), while hops itself, its config tree and
+its shipped YAML come only from the wheel. The commands then run from a directory outside
+any checkout.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from autoresearch import state
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel_env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("wheel")
+    # setuptools builds in the source tree (build/, *.egg-info): build from a copy, not the checkout
+    src = base / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", "mlruns", "build", "*.egg-info", "outputs",
+                                                             "multirun", "fixtures", "__pycache__", ".*cache"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w",
+                            str(base / "dist")], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (base / "dist").glob("hops-*.whl")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    deps = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+    (Path(purelib) / "hops-test-deps.pth").write_text("\n".join(dict.fromkeys(deps)) + "\n")
+    inst = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q",
+                           str(wheel)], capture_output=True, text=True, timeout=300)
+    assert inst.returncode == 0, inst.stderr
+    work = base / "elsewhere"  # not inside any checkout
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HYDRA_FULL_ERROR", "HOPS_AUTORESEARCH_STATE", "PYTHONPATH")}
+    env["MPLBACKEND"] = "Agg"
+
+    def run(*args: str, cwd: Path = work, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*args], cwd=cwd, env={**env, **extra}, capture_output=True, text=True,
+                              timeout=300)
+
+    return {"venv": venv, "py": str(py), "hops": str(venv / "bin" / "hops"), "run": run, "work": work,
+            "purelib": Path(purelib)}
+
+
+def test_the_wheel_is_what_runs(wheel_env):
+    where = wheel_env["run"](wheel_env["py"], "-c", "import hops, autoresearch; print(hops.__file__); "
+                                                    "print(autoresearch.__file__)")
+    assert where.returncode == 0, where.stderr
+    for line in where.stdout.split():
+        assert Path(line).is_relative_to(wheel_env["purelib"]), line
+    assert (wheel_env["purelib"] / "hops" / "conf" / "scenario" / "h100_pair.yaml").is_file()
+
+
+def test_hops_runs_a_named_scenario_from_the_wheel(wheel_env):
+    out = wheel_env["work"] / "run"
+    proc = wheel_env["run"](wheel_env["hops"], "+scenario=h100_pair", "output.plots=false", f"hydra.run.dir={out}")
+    assert proc.returncode == 0, proc.stderr
+    assert "HOPS h100_pair: 2 stages" in proc.stdout
+    import json
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["throughput"]["samples_per_s"] > 0
+    assert summary["provenance"]["scenario"] == "h100_pair"
+    assert summary["provenance"]["hops_version"] and summary["provenance"]["git_commit"] is None
+    assert "HOPS h100_pair" in (out / "run.log").read_text()
+
+
+def test_hydra_shell_completion_works_on_the_console_script(wheel_env):
+    install = wheel_env["run"](wheel_env["hops"], "--shell-completion", "install=bash")
+    assert install.returncode == 0 and "complete -o nospace -o default -F hydra_bash_completion hops" in install.stdout
+    query = wheel_env["run"](wheel_env["hops"], "-sc", "query=bash", COMP_LINE="hops pipeline.sch")
+    assert "pipeline.schedule=" in query.stdout.split()
+    query = wheel_env["run"](wheel_env["hops"], "-sc", "query=bash", COMP_LINE="hops +scenario=")
+    assert "+scenario=h100_pair" in query.stdout.split()
+
+
+def test_autoresearch_from_the_wheel_finds_its_state_or_says_where_to_look(wheel_env, tmp_path):
+    fixtures = tmp_path / "fixtures" / "train" / "cluster_results"
+    fixtures.mkdir(parents=True)
+    root = str(tmp_path / "fixtures")
+    absent = wheel_env["run"](wheel_env["hops"], "autoresearch", "gate", "--fixtures", root)
+    assert absent.returncode == 2
+    assert "no autoresearch state" in absent.stderr and "--state DIR" in absent.stderr
+    assert "malformed" not in absent.stderr and "Traceback" not in absent.stderr
+    # --state DIR (before or after the command): the gate's config ships in the wheel, the golden file does not
+    mine = tmp_path / "state"
+    (mine / "golden").mkdir(parents=True)
+    for args in (["--state", str(mine), "gate"], ["gate", f"--state={mine}"]):
+        proc = wheel_env["run"](wheel_env["hops"], "autoresearch", *args, "--fixtures", root)
+        assert proc.returncode == 2, proc.stderr
+        assert f"no golden file at {mine / 'golden' / 'train.json'}" in proc.stderr
+    # a checkout found from the working directory (here: a copy of its layout)
+    clone = tmp_path / "clone"
+    (clone / "autoresearch" / "golden").mkdir(parents=True)
+    (clone / "docs").mkdir()
+    found = wheel_env["run"](wheel_env["py"], "-c", "from autoresearch.state import state_dir; print(state_dir())",
+                             cwd=clone / "docs")
+    assert found.stdout.strip() == str(clone / "autoresearch"), found.stderr
+    # search reads the allowlist that ships with the package
+    search = wheel_env["run"](wheel_env["hops"], "autoresearch", "search", "--space", "nope", "--trials", "1",
+                              "--fixtures", root)
+    assert search.returncode == 2 and "allowlisted spaces: compute" in search.stderr, search.stderr
+
+
+def test_hops_sweep_subcommand(wheel_env, tmp_path):
+    proc = wheel_env["run"](wheel_env["hops"], "sweep", str(tmp_path))
+    assert proc.returncode == 2 and f"no Hydra jobs under {tmp_path}" in proc.stderr
+
+
+# --------------------------------------------------------------------------- state resolution, in process
+def test_state_dir_precedence(tmp_path, monkeypatch):
+    monkeypatch.delenv(state.ENV, raising=False)
+    assert state.state_dir() == state.PACKAGE  # this checkout holds its own state
+    monkeypatch.setenv(state.ENV, str(tmp_path))
+    assert state.state_dir() == tmp_path
+    assert state.config_path("gate.yaml") == state.PACKAGE / "gate.yaml"  # not in tmp: the shipped copy
+    (tmp_path / "gate.yaml").write_text("split: train\n")
+    assert state.config_path("gate.yaml") == tmp_path / "gate.yaml"
+
+
+def test_state_flag_is_scoped_to_the_command(tmp_path, monkeypatch):
+    from autoresearch.__main__ import main
+
+    monkeypatch.delenv(state.ENV, raising=False)
+    monkeypatch.setenv("HOPS_FIXTURES", str(tmp_path))
+    (tmp_path / "train" / "cluster_results").mkdir(parents=True)
+    assert main(["gate", "--state", str(tmp_path / "s")]) == 2
+    assert state.ENV not in os.environ
