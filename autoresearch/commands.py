@@ -92,7 +92,10 @@ def add_commands(sub) -> None:
     p = sub.add_parser("search", help="Optuna search over allowlisted constants (a proposal, never admitted by itself)")
     _split(p), _fixtures(p), _jobs(p)
     p.add_argument("--space", required=True, help="named space in autoresearch/search_space.yaml")
-    p.add_argument("--trials", type=int, required=True, help="trials to run in this process")
+    p.add_argument("--trials", type=int, required=True, help="trials to run in this process (in each worker)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="worker processes on the one study (default 1); with an RDB --storage, separate "
+                        "invocations with the same --study join it too")
     p.add_argument("--storage", metavar="URL", help="Optuna storage (default sqlite under mlruns/; an RDB URL shares "
                                                     "one study between workers)")
     p.add_argument("--study", metavar="NAME", help="study name (default autoresearch-<space>)")
@@ -131,7 +134,8 @@ def run_search(args) -> int:
     from .search import render, run_search as search
 
     print(render(search(args.space, args.trials, storage=args.storage, study_name=args.study, root=args.fixtures,
-                        jobs=args.jobs, seed=args.seed, only=args.only, split=args.split)))
+                        jobs=args.jobs, seed=args.seed, only=args.only, split=args.split,
+                        workers=args.workers)))
     return 0
 
 

@@ -8,8 +8,11 @@ weights x (train link_calibrated MAPE, bubble MAE), so TPE can rank trials
 directly; both parts are logged so a weighting choice can be revisited.
 
 Every trial is a nested MLflow run under the study's run. The Optuna study
-lives in an RDB storage (default sqlite under mlruns/); workers on several
-machines share a study by passing the same `--storage` URL and `--study` name.
+lives in an RDB storage (default sqlite under mlruns/). `--workers N` runs N
+processes on one study through that storage (Optuna's own parallel mode: each
+`study.optimize` asks the storage for the next trial, so no two workers get the
+same trial); workers on several machines share a study by passing the same
+`--storage` URL (e.g. PostgreSQL) and `--study` name.
 """
 from __future__ import annotations
 
@@ -147,26 +150,23 @@ class SearchResult:
 
 def run_search(space: str, trials: int, *, storage: str | None = None, study_name: str | None = None,
                root=None, jobs: int = 1, seed: int | None = None, only=None, split: str = FIT_SPLIT,
-               allowlist: Path | None = None) -> SearchResult:
+               allowlist: Path | None = None, workers: int = 1) -> SearchResult:
+    """Run `trials` trials in each of `workers` processes on one study (Optuna's shared-storage mode)."""
     check_split(split)
     if split != FIT_SPLIT:
         raise SearchError(f"search fits constants on {FIT_SPLIT!r} only (diagnostic is sanity-only, never for "
                           f"fitting); drop --split {split}")
     if trials < 1:
         raise SearchError("--trials must be at least 1")
+    if workers < 1:
+        raise SearchError("--workers must be at least 1")
     weights, params = select(space, only, allowlist)
-    import optuna
-
     from .fixtures import resolve_root
-    from .validate import FixtureEvaluationError, validate
 
     root = resolve_root(root)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = storage or default_storage()
     study_name = study_name or f"autoresearch-{space}"
-    sampler = optuna.samplers.TPESampler(seed=seed)
-    study = optuna.create_study(study_name=study_name, storage=storage, direction="minimize", sampler=sampler,
-                                load_if_exists=True)
+    study = _open_study(study_name, storage, seed)
     if study.user_attrs.get("paths") not in (None, [p.path for p in params]):
         raise SearchError(f"study {study_name!r} searches {study.user_attrs['paths']}, not this selection; "
                           f"pass a different --study")
@@ -189,11 +189,66 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
                                 tags=_open_tags(book))
         study.set_user_attr("mlflow_run_id", parent)
 
+    if workers == 1:
+        _optimize(study, book, parent, params, weights, root, jobs, split, trials)
+    else:
+        # The study and its parent run exist now, so workers only load them: no creation race.
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_worker, space, trials, storage, study_name, root, jobs,
+                                   None if seed is None else seed + i, only, split, allowlist, parent)
+                       for i in range(workers)]
+            for future in futures:
+                future.result()
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    best = _summary(study.best_trial) if done else None
+    base = next((t for t in done if t.user_attrs.get("baseline")), None)
+    result = SearchResult(study_name, redact(storage), params, weights, best, _summary(base) if base else None,
+                          len(done), parent)
+    if best:
+        book.log(parent, metrics={"best.objective": best["value"], f"best.{VARIANT}.mape": best["mape"],
+                                  f"best.{VARIANT}.bubble_mae_pp": best["bubble_mae_pp"], "trials": len(done)},
+                 tags={"best_trial": best["number"], "proposal": gate_command(best["values"])})
+    book.finish(parent)
+    return result
+
+
+def _open_study(study_name: str, storage: str, seed: int | None, *, create: bool = True):
+    """The study in its RDB storage; an unreachable or unsupported storage URL is one line, not a traceback."""
+    import optuna
+    import sqlalchemy.exc
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=seed)
+    try:
+        if create:
+            return optuna.create_study(study_name=study_name, storage=storage, direction="minimize",
+                                       sampler=sampler, load_if_exists=True)
+        return optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
+    except (ImportError, sqlalchemy.exc.SQLAlchemyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = ' (install the driver: pip install -e ".[servers]")' if isinstance(exc, ImportError) else ""
+        raise SearchError(f"--storage {redact(storage)}: cannot open the study: {first}{hint}") from None
+
+
+def _worker(space, trials, storage, study_name, root, jobs, seed, only, split, allowlist, parent) -> None:
+    """One worker process: load the shared study and run its trials (Optuna hands out the trial numbers)."""
+    weights, params = select(space, only, allowlist)
+    study = _open_study(study_name, storage, seed, create=False)
+    _optimize(study, ledger.Ledger(), parent, params, weights, root, jobs, split, trials)
+
+
+def _optimize(study, book, parent, params, weights, root, jobs, split, trials) -> None:
+    from .validate import FixtureEvaluationError, validate
+
     def objective(trial):
         values = {p.path: trial.suggest_float(p.path, p.low, p.high, log=p.log, step=p.step) for p in params}
         run = book.start_run(ledger.CALIBRATION, f"trial {trial.number}", run_type="trial", parent=parent,
                              params={**ledger.provenance(split, [VARIANT], values), "trial": trial.number,
                                      **{f"value.{k}": v for k, v in values.items()}})
+        trial.set_user_attr("mlflow_run_id", run)
         try:
             report = validate(split, root=root, variants=[VARIANT], overrides=values, jobs=jobs)
         except FixtureEvaluationError as exc:
@@ -209,17 +264,6 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
         return value if math.isfinite(value) else float("inf")
 
     study.optimize(objective, n_trials=trials, catch=(HopsError,))
-    done = [t for t in study.trials if t.state.name == "COMPLETE"]
-    best = _summary(study.best_trial) if done else None
-    base = next((t for t in done if t.user_attrs.get("baseline")), None)
-    result = SearchResult(study_name, redact(storage), params, weights, best, _summary(base) if base else None,
-                          len(done), parent)
-    if best:
-        book.log(parent, metrics={"best.objective": best["value"], f"best.{VARIANT}.mape": best["mape"],
-                                  f"best.{VARIANT}.bubble_mae_pp": best["bubble_mae_pp"], "trials": len(done)},
-                 tags={"best_trial": best["number"], "proposal": gate_command(best["values"])})
-    book.finish(parent)
-    return result
 
 
 def _open_tags(book) -> dict:

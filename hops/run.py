@@ -436,6 +436,10 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
         return str(exc)
     if isinstance(exc, OSError) and exc.filename:  # e.g. an unwritable hydra.run.dir
         return f"cannot write {exc.filename}: {exc.strerror or exc} (choose another hydra.run.dir / hydra.sweep.dir)"
+    missing = missing_slurm_tools(exc)
+    if missing:
+        return (f"hydra/launcher=hops_slurm needs Slurm's {' and '.join(missing)} on PATH (not found: run the sweep "
+                f"from a Slurm login node, or check it here with hydra/launcher=hops_submitit_local)")
     try:
         from hydra.errors import HydraException, MissingConfigException, OverrideParseException
         from omegaconf.errors import OmegaConfBaseException
@@ -468,6 +472,19 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
             return "scenario: only one +scenario=NAME per run"
         return _squash(text + (f" ({_squash(str(exc.__cause__))})" if exc.__cause__ is not None else ""))
     return None
+
+
+def missing_slurm_tools(exc: BaseException) -> list[str]:
+    """The Slurm executables submitit needs but cannot find, when `exc` is submitit saying so; else []."""
+    import shutil
+    import traceback
+
+    if not isinstance(exc, RuntimeError):
+        return []
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not any(f"submitit{os.sep}slurm" in f.filename for f in frames):
+        return []
+    return [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
 
 
 def _did_you_mean(full_key: str, keys: list[str], argv: list[str] | None) -> str:
@@ -530,6 +547,10 @@ def main(argv: list[str] | None = None) -> None:
 
         if FAILED_SWEEPS:
             raise SweepError(FAILED_SWEEPS.pop())
+        from .run_mlflow import FAILED as FAILED_MLFLOW
+
+        if FAILED_MLFLOW:
+            raise HopsError(FAILED_MLFLOW.pop())
     except BrokenPipeError:  # `python -m hops.run --help | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except Exception as exc:  # noqa: BLE001 - classified below

@@ -269,7 +269,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         failure = from_model(m.failure)
     out = m.output
     output = {"dir": out.dir, "plots": out.plots, "events": out.events, "chrome_trace": out.chrome_trace,
-              "chrome_trace_gz": out.chrome_trace_gz,
+              "chrome_trace_gz": out.chrome_trace_gz, "mlflow": out.mlflow,
               "paths": {k: v for k, v in out.paths.model_dump().items() if v is not None}}
     split, model = pipe.backward_split, pipe.model
     scenario = Scenario(

@@ -228,6 +228,7 @@ class OutputModel(Section):
     events: Bool = True
     chrome_trace: Bool = True
     chrome_trace_gz: Bool = False  # write trace.json.gz instead (Perfetto opens it)
+    mlflow: Bool = False  # log the run (or each sweep job) to MLflow; acted on by the run app only
     paths: OutputPathsModel = Field(default_factory=OutputPathsModel)
 
 
