@@ -28,6 +28,8 @@ NOT_MODEL = {
     "hops/run.py": "Hydra app: composes a scenario and writes outputs",
     "hops/sweep.py": "reports on finished runs",
     "hops/chrome_trace.py": "an output format of a finished timeline",
+    "hops/outputs.py": "atomic writers and formats of finished results",
+    "hops/run_mlflow.py": "Hydra callback logging finished runs to MLflow",
     "hops/planner.py": "placement study helper; not imported by simulate",
     "hops/plots/__init__.py": "plots",
     "hops/plots/dashboard.py": "plots",
