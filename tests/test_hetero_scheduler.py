@@ -75,8 +75,8 @@ def test_hetero_search_respects_dependencies_and_runs_each_backward_once(seed):
         mask = (tl.kind == "compute") & (tl.stage == s)
         order = np.argsort(tl.start_ms[mask])
         assert (tl.start_ms[mask][order][1:] >= tl.end_ms[mask][order][:-1] - 1e-9).all()
-    # memory budget: never more activations than 1F1B holds
-    assert all(k <= min(p - s, m) for s, k in enumerate(r.summary["peak_in_flight"]))
+    # memory budget: no stage holds more activations than 1F1B's peak stage (ZB-H1's level)
+    assert all(k <= min(p, m) for k in r.summary["peak_in_flight"])
 
 
 @pytest.mark.parametrize("seed", range(10))

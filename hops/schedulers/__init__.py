@@ -7,10 +7,11 @@ from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler,
 from .classic import GPipe, OneFOneB
 from .hetero_search import HeteroSearch
 from .hops_hetero import HopsHetero
-from .zero_bubble import ZeroBubble
+from .zero_bubble import ZBH1, ZBH2, ZeroBubble
 
-_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZeroBubble, HopsHetero,
+_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, HopsHetero,
                                                                    HeteroSearch)}
+_REGISTRY["zero_bubble"] = ZBH1  # alias: the paper's ZB-H1 order
 
 
 def register(cls: type[Scheduler]) -> type[Scheduler]:
@@ -40,5 +41,5 @@ def resolve_scheduler(name: str) -> type[Scheduler]:
 
 
 __all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",
-           "available", "resolve_scheduler", "GPipe", "OneFOneB", "ZeroBubble", "HopsHetero",
+           "available", "resolve_scheduler", "GPipe", "OneFOneB", "ZBH1", "ZBH2", "ZeroBubble", "HopsHetero",
            "HeteroSearch"]
