@@ -6,8 +6,9 @@ where L (transformer layers on the stage) is estimated from the stage's FLOPs. B
 scales the compute and memory terms by ``backward_factor`` but not the dispatch floor: the
 number of kernel launches per layer does not double in the backward pass. The last stage
 also runs the LM head (2*s*h*V FLOPs plus reading the h*V weights, added on top of the
-roofline as the seed did); the first stage pays the embedding overhead. All constants
-come from ``presets/model.yaml`` via the Catalog.
+roofline as the seed did); the first stage pays the embedding overhead. A split backward
+shares the fused floor between B and W by the kernels each launches (split_floors). All
+constants come from ``presets/model.yaml`` via the Catalog.
 """
 from __future__ import annotations
 
@@ -37,6 +38,29 @@ def stage_layers(scenario: Scenario, stage, model) -> float:
         return 0.0
     per_layer = model["flops_per_layer_token_coeff"] * scenario.seq_len * scenario.hidden_dim ** 2
     return stage.compute.tflop * 1e12 / (per_layer * scenario.micro_batch_size)
+
+
+# Share of a transformer layer's backward kernel launches that are weight-gradient GEMMs.
+# A GPT layer has four linear layers (QKV, attention projection, MLP up, MLP down); its
+# backward launches, per layer, 4 input-gradient GEMMs, 4 weight-gradient GEMMs, 4 batched
+# matmul gradients of the attention core (QK^T and attention x V, two inputs each), and about
+# 8 element-wise kernels (softmax, dropout x 3, GeLU, two layer norms, residual adds): 4 of
+# ~20 launches, 0.2, are W's. Read from the model presets when they carry it.
+W_KERNEL_SHARE = 0.2
+
+
+def split_floors(floor: float, model) -> tuple[float, float]:
+    """Dispatch floors of B and W when backward is split, from the fused backward's floor.
+
+    Each pass pays the floor of the kernels it launches: W the weight-gradient GEMMs (share
+    ``backward_w_kernel_share``), B the rest, so at ``backward_split_floor_factor`` = 1 (the
+    default) B and W together pay the fused floor once. The factor scales both: 2 charges the
+    split twice the fused floor (the seed's choice was the full floor on each of B and W).
+    The split's own extra invocation is charged separately, as W's launch overhead.
+    """
+    share = float(model.get("backward_w_kernel_share", W_KERNEL_SHARE))
+    factor = model["backward_split_floor_factor"]
+    return floor * (1.0 - share) * factor, floor * share * factor
 
 
 class ComputeModel:
@@ -75,11 +99,11 @@ class ComputeModel:
         embed = m["embedding_overhead_ms"] if first and s.hidden_dim and s.seq_len else 0.0
         k = s.backward_factor
         a = s.activation_grad_fraction
-        split_floor = floor * m["backward_split_floor_factor"]
+        floor_b, floor_w = split_floors(floor, m)
         f = max(t_c, t_m, floor) + launch + embed + lm
         bw = max(k * t_c, k * t_m, floor) + launch + k * lm
-        b = max(a * k * t_c, a * k * t_m, split_floor) + launch + a * k * lm
-        w = max((1 - a) * k * t_c, (1 - a) * k * t_m, split_floor) + launch + (1 - a) * k * lm
+        b = max(a * k * t_c, a * k * t_m, floor_b) + launch + a * k * lm
+        w = max((1 - a) * k * t_c, (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm
         sd = dev.slowdown
         return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 

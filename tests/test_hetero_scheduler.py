@@ -122,9 +122,9 @@ def test_no_regression_on_own_stress_configs(name):
     assert ms["hetero_search"] <= min(ms[s] for s in BUILTINS) * 1.0001
 
 
-def test_split_cost_parameter_switches_the_seed_artifact():
-    on = Catalog.load({"model.backward_split_floor_factor": 1.0})
-    off = Catalog.load({"model.backward_split_floor_factor": 0.5})
+def test_a_split_backward_pays_the_floor_of_the_kernels_each_half_launches():
+    from hops.compute import W_KERNEL_SHARE
+
     sc = {"simulation": {"batches": 1, "microbatches": 4},
           "pipeline": {"schedule": "1f1b", "model": {"hidden_dim": 1024, "seq_len": 1024},
                        "stages": [{"device": f"g{i}", "weights_mb": 100,
@@ -132,12 +132,18 @@ def test_split_cost_parameter_switches_the_seed_artifact():
                                   for i in range(2)]},
           "hardware": {"devices": [{"id": f"g{i}", "gpu": "l4", "node": "n0"} for i in range(2)],
                        "interconnect": {"same_node": "pcie"}}}
-    e_on = hops.simulate(sc, catalog=on).summary["stages"][0]["expected_ms"]
-    e_off = hops.simulate(sc, catalog=off).summary["stages"][0]["expected_ms"]
-    # floor-bound stage: with the artifact each half pays the full floor; without, the halves share it
-    assert e_on["B"] == pytest.approx(e_on["BW"]) and e_on["W"] == pytest.approx(e_on["BW"])
-    launch = 1.5
-    assert e_off["B"] + e_off["W"] == pytest.approx(e_off["BW"] + launch)
+
+    def expected(factor):
+        cat = Catalog.load({"model.backward_split_floor_factor": factor})
+        return hops.simulate(sc, catalog=cat).summary["stages"][0]["expected_ms"]  # no LM head
+
+    launch = 1.5  # L4 launch overhead: W is one more invocation
+    e = expected(1.0)  # floor-bound stage (7.2 layers x 1.4 ms >> its 1.5 ms of FLOPs)
+    assert e["B"] - launch == pytest.approx((1 - W_KERNEL_SHARE) * (e["BW"] - launch))
+    assert e["W"] - launch == pytest.approx(W_KERNEL_SHARE * (e["BW"] - launch))
+    assert e["B"] + e["W"] == pytest.approx(e["BW"] + launch)  # the fused floor once, plus W's launch
+    e2 = expected(2.0)  # the sensitivity setting: the split pays twice the fused floor
+    assert e2["B"] + e2["W"] - 2 * launch == pytest.approx(2 * (e["BW"] - launch))
 
 
 # ---------------------------------------------------------------- engine: per-stage split modes
