@@ -72,21 +72,25 @@ class ComputeModel:
         self.devices = [topology.devices[s.device] for s in scenario.stages]
         self.expected = [self._expected(i) for i in range(scenario.n_stages)]
 
-    def _expected(self, i: int) -> StageTimes:
+    def _expected(self, i: int, share: float = 1.0, first: bool | None = None, last: bool | None = None) -> StageTimes:
+        """Stage i's times; for one of its model chunks, ``share`` of its layers, and the
+        embedding / LM head only where the chunk is first / last in the pipeline."""
         s, st, dev, m = self.scenario, self.scenario.stages[i], self.devices[i], self.model
-        layers = stage_layers(s, st, m)
+        layers = stage_layers(s, st, m) * share
         if st.compute.mode == "distribution":
             c = st.compute
             f = c.forward.mean_ms
             bw = c.backward.mean_ms if c.backward else c.backward_b.mean_ms + c.backward_w.mean_ms
             b = c.backward_b.mean_ms if c.backward_b else bw * s.activation_grad_fraction
             w = c.backward_w.mean_ms if c.backward_w else bw - b
-            return StageTimes(f * dev.slowdown, b * dev.slowdown, w * dev.slowdown, bw * dev.slowdown, layers)
+            sd = dev.slowdown * share
+            return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 
         peak = dev.peak_tflops
-        t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"]
-        t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps
-        last, first = i == s.n_stages - 1, i == 0
+        t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share
+        t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps * share
+        last = i == s.n_stages - 1 if last is None else last
+        first = i == 0 if first is None else first
         lm = 0.0  # LM head: additive FLOPs and weight-read terms on the last stage (seed iteration 4)
         if last and m["lm_head"] and s.hidden_dim and s.seq_len:
             vocab = s.vocab_size or m["vocab_size"]
@@ -131,6 +135,45 @@ class ComputeModel:
                     f, b, w, bw = (x * lognormal_unit(rng, jitter, n) for x in (f, b, w, bw))
             out.append({"F": f, "B": b, "W": w, "BW": bw})
         return out
+
+
+def chunk_times(compute: ComputeModel, placement) -> list[StageTimes]:
+    """Expected times per virtual stage: placement[k] = (stage, chunk) of virtual stage k.
+
+    Each chunk carries 1/v of its stage's layers (v = chunks per stage); the embedding runs on
+    virtual stage 0 and the LM head on the last, wherever the schedule placed them.
+    """
+    n = len(placement)
+    if n == compute.scenario.n_stages:
+        return list(compute.expected)
+    v = n // compute.scenario.n_stages
+    return [compute._expected(i, 1.0 / v, k == 0, k == n - 1) for k, (i, _) in enumerate(placement)]
+
+
+def sample_chunks(compute: ComputeModel, placement, times, rng: np.random.Generator, n: int):
+    """n draws per virtual stage and phase (sample() when every stage is one chunk)."""
+    if len(placement) == compute.scenario.n_stages:
+        return compute.sample(rng, n)
+    jitter, v = compute.scenario.compute_jitter, len(placement) // compute.scenario.n_stages
+    out = []
+    for (i, _), e in zip(placement, times):
+        c = compute.scenario.stages[i].compute
+        if c.mode == "distribution":  # the stage's measured times, one v-th per chunk
+            sd = compute.devices[i].slowdown / v
+            f = draw(c.forward, rng, n) * sd
+            if c.backward is not None:
+                bw = draw(c.backward, rng, n) * sd
+                b = bw * (e.b / e.bw)
+                w = bw - b
+            else:
+                b, w = draw(c.backward_b, rng, n) * sd, draw(c.backward_w, rng, n) * sd
+                bw = b + w
+        else:
+            f, b, w, bw = (np.full(n, x) for x in (e.f, e.b, e.w, e.bw))
+            if jitter > 0:
+                f, b, w, bw = (x * lognormal_unit(rng, jitter, n) for x in (f, b, w, bw))
+        out.append({"F": f, "B": b, "W": w, "BW": bw})
+    return out
 
 
 def lognormal_unit(rng: np.random.Generator, cv: float, n: int) -> np.ndarray:

@@ -106,6 +106,7 @@ class Scenario:
     failure: Any
     output: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B's v); the schedule places them
 
     @property
     def n_stages(self) -> int:
@@ -223,7 +224,7 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
     sim.check_keys({"batches", "microbatches", "seed", "micro_batch_size"})
     pipe = top.reader("pipeline")
     pipe.check_keys({"schedule", "scheduler_options", "precision", "backward_factor", "backward_split", "model",
-                     "stages", "activation_mb", "compute_jitter", "host_overhead"})
+                     "stages", "activation_mb", "compute_jitter", "host_overhead", "virtual_stages"})
     hw = top.reader("hardware")
     hw.check_keys({"devices", "interconnect", "links"})
 
@@ -295,6 +296,7 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
         failure=_parse_failure(data.get("failure"), src),
         output=output,
         raw=data,
+        virtual_stages=pipe.get("virtual_stages", int, 1, positive=True),
     )
     _check_hops(scenario, catalog, src)
     return scenario
