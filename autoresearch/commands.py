@@ -47,7 +47,17 @@ def add_commands(sub) -> None:
     p.add_argument("--change-site", required=True, metavar="PATH",
                    help="file to change (e.g. hops/compute.py) or catalog path (e.g. model.k_floor_ms)")
     p.add_argument("--expect", required=True, help="expected effect, with numbers (e.g. 'last-stage F error -50%%')")
+    p.add_argument("--title", help="a few words naming the change (MLflow run names, patch file); default: the "
+                                   "hypothesis' first words")
+    p.add_argument("--on", metavar="N[,M...]", help="open on top of these parked iterations: their patches are "
+                                                     "applied to the (clean) working tree, bottom first")
+    _fixtures(p), _jobs(p)
     p.set_defaults(func=run_propose)
+
+    p = sub.add_parser("park", help="close the open iteration as parked: save its diff as a patch, restore the tree")
+    p.add_argument("--reason", default="", help="why it is parked (default: the per-fixture checks it fails)")
+    p.add_argument("--keep-tree", action="store_true", help="save the patch but leave the working tree as it is")
+    p.set_defaults(func=run_park)
 
     p = sub.add_parser("gate", help="the working tree (+ --set what-ifs) against the golden file; exit 1 on any violation")
     _split(p), _fixtures(p), _jobs(p)
@@ -58,12 +68,23 @@ def add_commands(sub) -> None:
     p = sub.add_parser("admit", help="land the open iteration: re-run the gate, rewrite the golden file if it passes")
     _fixtures(p), _jobs(p)
     p.add_argument("--bootstrap", action="store_true", help="create the first golden file (only when none exists)")
+    p.add_argument("--redefine-metrics", action="store_true",
+                   help="land a metric-definition iteration: re-bootstrap the golden file from the same predictions "
+                        "(refused unless every fixture's throughput error is unchanged)")
     p.set_defaults(func=run_admit)
 
     p = sub.add_parser("revert", help="close the open iteration as reverted (or --blocked)")
     p.add_argument("--reason", required=True, help="why it did not land")
     p.add_argument("--blocked", action="store_true", help="outcome blocked: the idea needs something not available")
+    p.add_argument("--keep-tree", action="store_true", help="save the patch but leave the working tree as it is")
     p.set_defaults(func=run_revert)
+
+    p = sub.add_parser("repair", help="bring a broken ledger state back to one consistent story (see README)")
+    p.add_argument("--keep", type=int, metavar="N", help="with several open iterations: the one to keep open "
+                                                          "(default: the first opened); the others become void")
+    p.add_argument("--drop-journal", action="store_true", help="discard an unreadable journal of an interrupted "
+                                                                 "command instead of replaying it")
+    p.set_defaults(func=run_repair)
 
     p = sub.add_parser("search", help="Optuna search over allowlisted constants (a proposal, never admitted by itself)")
     _split(p), _fixtures(p), _jobs(p)
@@ -118,18 +139,42 @@ def run_log(args) -> int:
 
 
 # --------------------------------------------------------------------------- gate
+def run_name(iteration, command: str) -> str:
+    """What a person reads in the runs table: `it12 gate: host NIC caps`."""
+    if iteration is None:
+        return command
+    t = iteration.data.tags
+    return f"it{t.get('iteration')} {command}: {t.get('title') or short_title(t.get('hypothesis', ''))}"
+
+
+def short_title(text: str, limit: int = 48) -> str:
+    first = text.strip().split(". ")[0].split("\n")[0]
+    return first if len(first) <= limit else first[: limit - 1].rsplit(" ", 1)[0] + "…"
+
+
+def _snapshot_or_none() -> str | None:
+    from . import worktree
+
+    try:
+        return worktree.snapshot() if worktree.is_repo() else None
+    except worktree.TreeError:
+        return None
+
+
 def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration=None) -> str:
     """One run per gate evaluation; while an iteration is open it also becomes the iteration's "after".
 
     A what-if gate (--set) counts as evidence too (search proposals are judged that way before any
     file changes); the what-if is recorded next to the numbers so the log says which model they are.
+    The tree the gate judged is recorded, so `park` can tell whether the patch it saves is that tree.
     """
+    from .gate import render
+
     book = book or ledger.Ledger()
     if iteration is None:
         iteration = book.open_iteration()
     cfg = result.cfg
-    run = book.start_run(ledger.CALIBRATION, run_type if iteration is None else
-                         f"iteration {iteration.data.tags['iteration']} {run_type}", run_type=run_type,
+    run = book.start_run(ledger.CALIBRATION, run_name(iteration, run_type), run_type=run_type,
                          params=ledger.provenance(cfg.split, cfg.variants, result.overrides),
                          tags={**(ledger.iteration_tags(iteration) if iteration else {}),
                                "gate": "pass" if result.passed else "fail", "whatif": str(bool(result.overrides)),
@@ -141,26 +186,29 @@ def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration
     if result.diagnostic is not None:
         metrics |= ledger.aggregate_metrics(result.diagnostic.aggregates(), prefix=f"{cfg.diagnostic_split}.")
     book.log(run, metrics=metrics)
+    text = render(result, max_worse=20)
     if result.report is not None:
-        from .gate import render
-
         with tempfile.TemporaryDirectory() as tmp:
             d = ledger.write_report_artifacts(result.report, Path(tmp), title=f"{run_type} {cfg.split}",
-                                              sections=["## Gate", "", "```", render(result, max_worse=20), "```"])
+                                              sections=["## Gate", "", "```", text, "```"])
             book.log_artifacts(run, d)
     book.finish(run)
     if iteration is not None and result.report is not None:
-        aggs = {v: a for v, a in result.report.aggregates().items() if v in cfg.gated_variants}
+        aggs = {v: {m: now for m, (_, now) in per.items()} for v, per in result.comparison.aggregates.items()} \
+            if result.comparison.aggregates else \
+            {v: a for v, a in result.report.aggregates().items() if v in cfg.gated_variants}
         whatif = " ".join(f"{k}={v}" for k, v in result.overrides.items())
         book.log(iteration.info.run_id, metrics=ledger.aggregate_metrics(aggs, prefix="after."),
                  tags={"last_gate_run": run, "last_gate_status": "pass" if result.passed else "fail",
-                       "last_gate_violations": "\n".join(result.violations), "last_gate_whatif": whatif or "none"})
+                       "last_gate_violations": "\n".join(result.violations), "last_gate_whatif": whatif or "none",
+                       "last_gate_tree": _snapshot_or_none() or "unknown", "last_gate_report": text})
     return run
 
 
 def run_gate_cmd(args) -> int:
     from .gate import render, run_gate
 
+    _replay()
     result = run_gate(root=args.fixtures, overrides=args.set, jobs=args.jobs, split=args.split)
     print(render(result))
     try:
@@ -174,6 +222,15 @@ def run_gate_cmd(args) -> int:
 
 
 # --------------------------------------------------------------------------- iterations
+def _replay(book=None) -> None:
+    """Finish whatever a killed admit / revert / park left half done, before doing anything else."""
+    from .journal import replay
+
+    done = replay(book)
+    if done:
+        print(f"autoresearch: {done}", file=sys.stderr)
+
+
 def _check_change_site(site: str) -> None:
     from hops.hardware import Catalog
 
@@ -188,43 +245,71 @@ def _check_change_site(site: str) -> None:
                     f"directory) nor a catalog path like model.k_floor_ms")
 
 
+def _open_refusal(current) -> HopsError:
+    t = current.data.tags
+    return HopsError(f"iteration {t['iteration']} is open ({t.get('hypothesis', '')[:60]!r}); close it first "
+                     f"with `python -m autoresearch admit`, `park`, `revert --reason ...` or "
+                     f"`revert --blocked --reason ...`")
+
+
 def run_propose(args) -> int:
+    from . import stack, worktree
     from .gate import GateConfig, read_golden
 
-    book = ledger.Ledger()
-    current = book.open_iteration()
-    if current is not None:
-        t = current.data.tags
-        raise HopsError(f"iteration {t['iteration']} is open ({t.get('hypothesis', '')[:60]!r}); close it first "
-                        f"with `python -m autoresearch admit`, `revert --reason ...` or `revert --blocked --reason ...`")
     for flag, value in (("--hypothesis", args.hypothesis), ("--expect", args.expect)):
         if not value.strip():
             raise HopsError(f"{flag} must not be empty")
     _check_change_site(args.change_site)
     golden = read_golden()
     cfg = GateConfig.load()
-    n = book.next_iteration()
-    run = book.start_run(ledger.CALIBRATION, f"iteration {n}", run_type="iteration",
-                         params=ledger.provenance(cfg.split, cfg.gated_variants),
-                         tags={"iteration": n, "hypothesis": args.hypothesis.strip(),
-                               "change_site": args.change_site, "expected_effect": args.expect.strip(),
-                               "outcome": "open", "opened": ledger.now()})
-    book.log(run, metrics=ledger.aggregate_metrics(golden["aggregates"], prefix="before."))
-    print(f"opened iteration {n} (MLflow run {run}); baseline = golden file:")
-    for v, a in golden["aggregates"].items():
+    on = stack.expand(stack.parse_on(args.on)) if args.on else []
+    stack.check_size(len(on))
+    book = ledger.Ledger()
+    with ledger.state_lock():  # numbering and the one-open-iteration rule are decided under one lock
+        _replay(book)
+        current = book.open_iteration()
+        if current is not None:
+            raise _open_refusal(current)
+        before = {v: golden["aggregates"][v] for v in cfg.gated_variants if v in golden["aggregates"]}
+        if on:
+            if not worktree.owns_tree():
+                raise HopsError(f"--on edits the working tree, but the calibration state ({ledger.state_dir()}) is "
+                                f"not in this repository ({ledger.REPO}); unset HOPS_AUTORESEARCH_STATE")
+            if worktree.snapshot() != worktree.head_tree():
+                raise HopsError("--on applies parked patches to the working tree, which has uncommitted changes: "
+                                "commit them, or close them as an iteration first")
+            tree = stack.base_tree(on)  # refuses a patch that no longer applies, before anything changes
+            print(f"scoring the stack {' + '.join(f'it{n}' for n in on)} (the new iteration's baseline) ...",
+                  file=sys.stderr)
+            before = stack.evaluate_tree(tree, root=args.fixtures, variants=cfg.gated_variants,
+                                         ids=sorted(golden["fixtures"]), split=cfg.split, jobs=args.jobs)
+        n = book.next_iteration()
+        title = (args.title or "").strip() or short_title(args.hypothesis)
+        tags = {"iteration": n, "title": title, "hypothesis": args.hypothesis.strip(),
+                "change_site": args.change_site, "expected_effect": args.expect.strip(), "outcome": "open",
+                "opened": ledger.now()}
+        if on:
+            tags["stack_on"] = ",".join(map(str, on))
+        ledger.crash_point("propose:run")
+        run = book.start_run(ledger.CALIBRATION, f"it{n} iteration: {title}", run_type="iteration",
+                             params=ledger.provenance(cfg.split, cfg.gated_variants), tags=tags)
+        book.log(run, metrics=ledger.aggregate_metrics(before, prefix="before."))
+        if on:
+            worktree.apply([stack.patch_file(stack.parked(k)) for k in on])
+    print(f"opened iteration {n} (MLflow run {run})" + (f" on top of {', '.join(f'it{k}' for k in on)}; their "
+                                                          f"patches are applied to the working tree" if on else "")
+          + "; baseline = " + ("the stacked tree:" if on else "golden file:"))
+    for v, a in before.items():
         print(f"  {v}: MAPE {a['mape']:.2f}%, bubble MAE {a['bubble_mae_pp']:.2f} pp, rho {a['rho_mean']:.2f}")
-    print("next: change the code, `python -m autoresearch gate`, then `admit` or `revert --reason ...`")
+    print("next: change the code, `python -m autoresearch gate`, then `admit`, `park` or `revert --reason ...`")
     return 0
 
 
-def close_iteration(book: ledger.Ledger, run, outcome: str, *, after: dict | None, before: dict | None = None,
-                    regressions=(), worse=(), reason: str = "", prov: dict | None = None) -> dict:
-    """Append the durable record, then mark every run of the iteration with its outcome.
-
-    `prov` is the tree the outcome was judged on (admit passes the one it measured, before the
-    golden file it writes makes the tree look dirty).
-    """
+def _record(run, outcome: str, *, after, before=None, regressions=(), worse=(), reason: str = "",
+            prov: dict | None = None, **extra) -> dict:
+    """The durable jsonl record of an iteration closing with `outcome`."""
     from .research_log import from_run
+    from .validate import _nan_to_none
 
     rec = from_run(run)
     t = run.data.tags
@@ -232,88 +317,301 @@ def close_iteration(book: ledger.Ledger, run, outcome: str, *, after: dict | Non
                     "model_fingerprint": ledger.model_fingerprint()}
     rec.update(outcome=outcome, closed=ledger.now(), reason=reason, after=after, regressions=list(regressions),
                worse_within_tolerance=list(worse), opened=t.get("opened", ""),
-               **{k: prov[k] for k in ("git_commit", "git_diff_hash", "model_fingerprint")})
+               **{k: prov[k] for k in ("git_commit", "git_diff_hash", "model_fingerprint")}, **extra)
     if before is not None:
         rec["before"] = before
-    from .validate import _nan_to_none
+    return _nan_to_none(rec)
 
-    rec = _nan_to_none(rec)
-    ledger.append_iteration(rec)
-    metrics = ledger.aggregate_metrics(rec["before"] or {}, prefix="before.")
-    if after:
-        metrics |= ledger.aggregate_metrics(after, prefix="after.")
-    book.log(run.info.run_id, metrics=metrics, tags={"closed": rec["closed"], "reason": reason})
-    book.tag_iteration(t["iteration"], {"outcome": outcome})
-    book.finish(run.info.run_id, "FINISHED" if outcome == "landed" else "KILLED")
+
+def _close_effect(rec: dict, outcome: str, *, artifacts: dict | None = None) -> dict:
+    metrics = ledger.aggregate_metrics(rec.get("before") or {}, prefix="before.")
+    if rec.get("after"):
+        metrics |= ledger.aggregate_metrics(rec["after"], prefix="after.")
+    tags = {"closed": rec["closed"], "reason": rec.get("reason", "")}
+    if rec.get("patch"):
+        tags["patch"] = rec["patch"]
+    return {"kind": "mlflow", "run_id": rec["run_id"], "metrics": metrics, "tags": tags, "outcome": outcome,
+            "status": "FINISHED" if outcome == "landed" else "KILLED", "artifacts": artifacts or {}}
+
+
+def close_iteration(book: ledger.Ledger, run, outcome: str, *, after: dict | None, before: dict | None = None,
+                    regressions=(), worse=(), reason: str = "", prov: dict | None = None) -> dict:
+    """Close one iteration (record, MLflow outcome on all its runs, LOG.md) as one journaled transaction."""
+    from .journal import run as transact
+
+    rec = _record(run, outcome, after=after, before=before, regressions=regressions, worse=worse, reason=reason,
+                  prov=prov)
+    transact(outcome, [{"kind": "append", "record": rec}, _close_effect(rec, outcome), {"kind": "log"}],
+             summary=f"iteration {rec['iteration']} {outcome}", book=book)
     return rec
+
+
+def _require_open(book):
+    iteration = book.open_iteration()
+    if iteration is None:
+        raise HopsError("no open iteration to close (see `python -m autoresearch log`)")
+    return iteration
+
+
+def _stack_on(run) -> list[int]:
+    return [int(x) for x in (run.data.tags.get("stack_on") or "").split(",") if x]
+
+
+def _patch_effects(run, outcome: str, keep_tree: bool) -> tuple[list[dict], dict, str]:
+    """Save the open iteration's own diff (if any) as autoresearch/patches/itN-<slug>.patch; restore the tree."""
+    from . import stack, worktree
+
+    if not worktree.is_repo():
+        return [], {}, "not a git repository: no diff saved"
+    t = run.data.tags
+    own = stack.own_diff(_stack_on(run))
+    tree = worktree.snapshot()
+    effects, extra = [], {}
+    if own.strip():
+        name = f"patches/it{t['iteration']}-{worktree.slug(t.get('title') or t.get('hypothesis', ''))}.patch"
+        effects.append({"kind": "write", "path": name, "text": own})
+        extra["patch"] = name
+        note = f"diff saved as {name}"
+    else:
+        note = "no diff to save (the tree holds no change of its own)"
+    if not keep_tree and tree != worktree.head_tree() and worktree.owns_tree():
+        effects.append({"kind": "restore", "tree": tree})
+        note += "; working tree restored to HEAD" + (" (parked patches below it removed too; they stay parked)"
+                                                     if _stack_on(run) else "")
+    return effects, extra, note
+
+
+def run_park(args) -> int:
+    from . import stack
+    from .gate import GateConfig
+    from .journal import run as transact
+
+    cfg = GateConfig.load()
+    book = ledger.Ledger()
+    with ledger.state_lock():
+        _replay(book)
+        it = _require_open(book)
+        t = it.data.tags
+        if not t.get("last_gate_run"):
+            raise HopsError(f"iteration {t['iteration']} has no gate run yet: park keeps an iteration whose gate "
+                            f"was seen; run `python -m autoresearch gate` first")
+        if t.get("last_gate_whatif", "none") != "none":
+            raise HopsError(f"the last gate of iteration {t['iteration']} was a what-if (--set "
+                            f"{t['last_gate_whatif']}), which a patch cannot hold: edit the presets (with "
+                            f"citations) and run `gate` on the tree")
+        if t.get("last_gate_tree") != _snapshot_or_none():
+            raise HopsError(f"the working tree changed since iteration {t['iteration']}'s last gate: run "
+                            f"`python -m autoresearch gate` again, so the parked patch is the tree that was judged")
+        from .research_log import from_run
+
+        seen = from_run(it)
+        why = stack.rule_violation(seen["before"], seen["after"] or {}, cfg.gated_variants, cfg.epsilon)
+        if why:
+            raise HopsError(f"iteration {t['iteration']} cannot be parked: against its baseline it {why}; a "
+                            f"stack member must improve an aggregate on its own (revert it instead)")
+        if not stack.own_diff(_stack_on(it)).strip():
+            raise HopsError(f"iteration {t['iteration']} changes nothing beyond the patches under it: nothing to park")
+        stack.check_size(len(_stack_on(it)) + 1)
+        effects, extra, note = _patch_effects(it, "parked", args.keep_tree)
+        reason = args.reason.strip() or "aggregates improve; fails per-fixture checks (parked for a stack)"
+        rec = _record(it, "parked", after=seen["after"], regressions=seen["regressions"], reason=reason,
+                      stack_on=_stack_on(it), **extra)
+        report = t.get("last_gate_report", "")
+        transact("park", [*[e for e in effects if e["kind"] == "write"], {"kind": "append", "record": rec},
+                          _close_effect(rec, "parked", artifacts={"gate_report.txt": report} if report else None),
+                          {"kind": "log"}, *[e for e in effects if e["kind"] == "restore"]],
+                 summary=f"iteration {t['iteration']} parked", book=book)
+    print(f"parked iteration {t['iteration']}: {note}. Commit {extra.get('patch', 'the log')}, "
+          f"{ledger.iterations_path().name} and LOG.md; stack on it with `propose --on {t['iteration']} ...`")
+    return 0
+
+
+def run_admit(args) -> int:
+    from . import stack
+    from .gate import GateConfig, build_golden, golden_path, render, run_gate
+    from .journal import run as transact
+
+    book = ledger.Ledger()
+    cfg = GateConfig.load()
+    with ledger.state_lock():
+        _replay(book)
+        if args.bootstrap:
+            if golden_path(cfg.split).exists():
+                raise HopsError(f"{golden_path(cfg.split)} exists: --bootstrap only creates the first golden file; "
+                                f"land changes through propose / gate / admit")
+            iteration = None
+        else:
+            iteration = book.open_iteration()
+            if iteration is None:
+                raise HopsError("no open iteration to admit: open one with `python -m autoresearch propose "
+                                "--hypothesis ... --change-site ... --expect ...` (or `admit --bootstrap` for the "
+                                "first golden file)")
+        members = stack.members(iteration) if iteration is not None and _stack_on(iteration) else []
+        if members:
+            stack.check_size(len(members))
+        result = run_gate(root=args.fixtures, jobs=args.jobs, bootstrap=args.bootstrap)
+        print(render(result))
+        if getattr(args, "redefine_metrics", False):
+            from .gate import same_predictions
+
+            moved = same_predictions(result)
+            if moved:
+                print("admit --redefine-metrics refused: a metric definition may change how runs are scored, not "
+                      "what is simulated or measured; throughput moved on:\n  " + "\n  ".join(moved[:10]))
+                return 1
+            # the golden comparison is what is being redefined; sanity, citation and checksum rules still hold
+            result.violations = [v for v in result.violations if v not in result.comparison.violations]
+        if not result.passed:
+            log_gate(result, "admit", book, iteration)
+            print("admit refused: the gate does not pass on the current tree (fix it, park it, or close the "
+                  "iteration with `revert --reason ...`)")
+            return 1
+        if args.bootstrap:
+            n = book.next_iteration()
+            run = book.start_run(ledger.CALIBRATION, f"it{n} iteration: bootstrap", run_type="iteration",
+                                 params=ledger.provenance(cfg.split, cfg.gated_variants),
+                                 tags={"iteration": n, "outcome": "open", "opened": ledger.now(), "title": "bootstrap",
+                                       "hypothesis": "bootstrap: the first golden file, from the model as it is",
+                                       "change_site": f"autoresearch/golden/{cfg.split}.json",
+                                       "expected_effect": "none: establishes the baseline every later change is "
+                                                          "gated against"})
+            iteration = book.get_run(run)
+        final = {v: {m: now for m, (_, now) in per.items()} for v, per in result.comparison.aggregates.items()}
+        steps = []
+        if members:
+            print(f"stack: measuring {' + '.join(f'it{m.iteration}' for m in members)} cumulatively ...",
+                  file=sys.stderr)
+            steps = stack.cumulative(members, result.golden, final, root=args.fixtures, variants=cfg.gated_variants,
+                                     jobs=args.jobs, split=cfg.split)
+            riders = [f"it{m.iteration} ({m.title}): {why}" for m, (b, a) in zip(members, steps)
+                      if (why := stack.rule_violation(b, a, cfg.gated_variants, cfg.epsilon))]
+            lines = [f"  it{m.iteration} {m.title}: MAPE " + ", ".join(
+                f"{v} {b[v]['mape']:.2f} -> {a[v]['mape']:.2f}" for v in cfg.gated_variants if v in a)
+                for m, (b, a) in zip(members, steps)]
+            print("stack members, each on top of those below it:\n" + "\n".join(lines))
+            if riders:
+                log_gate(result, "admit", book, iteration)
+                print("admit refused: every stack member must improve a gated aggregate on its own and worsen "
+                      "none (nothing rides along):\n" + "\n".join(f"  - {r}" for r in riders))
+                return 1
+        log_gate(result, "admit", book, iteration)
+        iteration = book.get_run(iteration.info.run_id)
+        n = int(iteration.data.tags["iteration"])
+        prov = ledger.provenance(cfg.split, cfg.gated_variants)
+        new = build_golden(result.report, cfg, catalog=result.catalog, iteration=n, prov=prov)
+        import json as _json
+
+        effects = [{"kind": "write", "path": f"golden/{cfg.split}.json",
+                    "text": _json.dumps(new, indent=1, sort_keys=True, allow_nan=False) + "\n"}]
+        worse = [m for _, m in result.comparison.worse[:10]]
+        if members:
+            stack_ids = [m.iteration for m in members]
+            for m, (b, a) in zip(members, steps):
+                if m.record is not None:  # a parked member lands as its own iteration, under its own number
+                    rec = {**m.record, "outcome": "landed", "closed": ledger.now(), "before": b, "after": a,
+                           "regressions": [], "reason": f"landed in the stack {'+'.join(map(str, stack_ids))} "
+                                                        f"(admitted with iteration {n})",
+                           "parked_reason": m.record.get("reason", ""), "landed_with": n, "stack": stack_ids,
+                           "worse_within_tolerance": [],
+                           **{k: prov[k] for k in ("git_commit", "git_diff_hash", "model_fingerprint")}}
+                    effects += [{"kind": "append", "record": rec}, _close_effect(rec, "landed")]
+            top = next(((b, a) for m, (b, a) in zip(members, steps) if m.record is None), None)
+            before = top[0] if top else steps[-1][1]
+            rec = _record(iteration, "landed", after=new["aggregates"], before=before, worse=worse, prov=prov,
+                          stack=stack_ids, stack_on=_stack_on(iteration),
+                          **({} if top else {"reason": "stack carrier: no change of its own"}))
+        else:
+            before = {} if args.bootstrap else result.golden["aggregates"]
+            rec = _record(iteration, "landed", after=new["aggregates"], before=before, worse=worse, prov=prov)
+        effects += [{"kind": "append", "record": rec}, _close_effect(rec, "landed"), {"kind": "log"}]
+        transact("admit", effects, summary=f"iteration {n} landed", book=book)
+    path = golden_path(cfg.split)
+    landed = f"iterations {', '.join(str(m.iteration) for m in members)}" if members else f"iteration {n}"
+    print(f"admitted {landed}: {path} rewritten; {ledger.iterations_path().name} and LOG.md updated. "
+          f"Commit them with the change.")
+    return 0
+
+
+def run_revert(args) -> int:
+    from .journal import run as transact
+    from .research_log import from_run
+
+    if not args.reason.strip():
+        raise HopsError("--reason must not be empty")
+    book = ledger.Ledger()
+    with ledger.state_lock():
+        _replay(book)
+        iteration = _require_open(book)
+        outcome = "blocked" if args.blocked else "reverted"
+        effects, extra, note = _patch_effects(iteration, outcome, args.keep_tree)
+        seen = from_run(iteration)
+        rec = _record(iteration, outcome, after=seen["after"], regressions=seen["regressions"],
+                      reason=args.reason.strip(), stack_on=_stack_on(iteration), **extra)
+        transact("revert", [*[e for e in effects if e["kind"] == "write"], {"kind": "append", "record": rec},
+                            _close_effect(rec, outcome), {"kind": "log"},
+                            *[e for e in effects if e["kind"] == "restore"]],
+                 summary=f"iteration {iteration.data.tags['iteration']} {outcome}", book=book)
+    below = _stack_on(iteration)
+    print(f"closed iteration {iteration.data.tags['iteration']} as {outcome}; the golden file is unchanged; {note}"
+          + (f"; the stack dropped (iterations {', '.join(map(str, below))} stay parked)" if below else "") + ".")
+    return 0
+
+
+def run_repair(args) -> int:
+    """One consistent story again: finish a journal, void race duplicates, close runs the jsonl closed, dedupe."""
+    from .journal import journal_path, replay
+
+    book = ledger.Ledger()
+    done = []
+    with ledger.state_lock():
+        if args.drop_journal and journal_path().exists():
+            journal_path().unlink()
+            done.append("dropped the journal of an interrupted command")
+        r = replay(book)
+        if r:
+            done.append(r)
+        records = ledger.read_iterations()
+        unique, seen = [], set()
+        for rec in records:
+            key = ledger._record_key(rec)
+            if key not in seen:
+                seen.add(key)
+                unique.append(rec)
+        if len(unique) != len(records):
+            import json as _json
+
+            ledger.atomic_write(ledger.iterations_path(), "".join(
+                _json.dumps(r, sort_keys=True, allow_nan=False, default=str) + "\n" for r in unique))
+            done.append(f"removed {len(records) - len(unique)} duplicate line(s) from {ledger.iterations_path().name}")
+        closed = {r.get("run_id"): r for r in unique if r.get("outcome") in ledger.CLOSED}
+        for run in book.iteration_runs():
+            if run.data.tags.get("outcome") == "open" and run.info.run_id in closed:
+                rec = closed[run.info.run_id]
+                book.tag_iteration(run.info.run_id, {"outcome": rec["outcome"]})
+                book.finish(run.info.run_id, "FINISHED" if rec["outcome"] == "landed" else "KILLED")
+                done.append(f"iteration {rec['iteration']}: ledger closed as {rec['outcome']} (as recorded)")
+        open_runs = book.open_runs()
+        if len(open_runs) > 1:
+            keep = open_runs[0]
+            if args.keep is not None:
+                match = [r for r in open_runs if int(r.data.tags.get("iteration", -1)) == args.keep]
+                if len(match) != 1:
+                    nums = ", ".join(r.data.tags.get("iteration", "?") for r in open_runs)
+                    raise HopsError(f"--keep {args.keep}: open iterations are {nums}; name exactly one")
+                keep = match[0]
+            for run in open_runs:
+                if run.info.run_id != keep.info.run_id:
+                    book.tag_iteration(run.info.run_id, {"outcome": "void", "reason": "opened by a propose race; "
+                                                                                      "closed by repair"})
+                    book.finish(run.info.run_id, "KILLED")
+                    done.append(f"iteration {run.data.tags.get('iteration')} (run {run.info.run_id[:8]}): void")
+            done.append(f"iteration {keep.data.tags.get('iteration')} stays open")
+        _refresh_log(book)
+    print("repair: " + ("; ".join(done) if done else "nothing to repair") + "; LOG.md regenerated")
+    return 0
 
 
 def _refresh_log(book) -> None:
     from .research_log import write_log
 
     write_log(book)
-
-
-def run_admit(args) -> int:
-    from .gate import GateConfig, build_golden, golden_path, render, run_gate, write_golden
-
-    book = ledger.Ledger()
-    cfg = GateConfig.load()
-    if args.bootstrap:
-        if golden_path(cfg.split).exists():
-            raise HopsError(f"{golden_path(cfg.split)} exists: --bootstrap only creates the first golden file; "
-                            f"land changes through propose / gate / admit")
-        iteration = None
-    else:
-        iteration = book.open_iteration()
-        if iteration is None:
-            raise HopsError("no open iteration to admit: open one with `python -m autoresearch propose "
-                            "--hypothesis ... --change-site ... --expect ...` (or `admit --bootstrap` for the "
-                            "first golden file)")
-    result = run_gate(root=args.fixtures, jobs=args.jobs, bootstrap=args.bootstrap)
-    print(render(result))
-    if not result.passed:
-        log_gate(result, "admit", book, iteration)
-        print("admit refused: the gate does not pass on the current tree (fix it, or close the iteration with "
-              "`revert --reason ...`)")
-        return 1
-    if args.bootstrap:
-        n = book.next_iteration()
-        run = book.start_run(ledger.CALIBRATION, f"iteration {n}", run_type="iteration",
-                             params=ledger.provenance(cfg.split, cfg.gated_variants),
-                             tags={"iteration": n, "outcome": "open", "opened": ledger.now(),
-                                   "hypothesis": "bootstrap: the first golden file, from the model as it is",
-                                   "change_site": f"autoresearch/golden/{cfg.split}.json",
-                                   "expected_effect": "none: establishes the baseline every later change is gated against"})
-        iteration = book.get_run(run)
-    log_gate(result, "admit", book, iteration)
-    n = int(iteration.data.tags["iteration"])
-    prov = ledger.provenance(cfg.split, cfg.gated_variants)
-    new = build_golden(result.report, cfg, catalog=result.catalog, iteration=n, prov=prov)
-    path = write_golden(new, cfg.split)
-    before = None if args.bootstrap else result.golden["aggregates"]
-    close_iteration(book, book.get_run(iteration.info.run_id), "landed", after=new["aggregates"],
-                    before=before or {}, worse=[m for _, m in result.comparison.worse[:10]], prov=prov)
-    _refresh_log(book)
-    print(f"admitted iteration {n}: {path} rewritten; {ledger.iterations_path().name} and LOG.md updated. "
-          f"Commit them with the change.")
-    return 0
-
-
-def run_revert(args) -> int:
-    from .research_log import from_run
-
-    book = ledger.Ledger()
-    iteration = book.open_iteration()
-    if iteration is None:
-        raise HopsError("no open iteration to close (see `python -m autoresearch log`)")
-    if not args.reason.strip():
-        raise HopsError("--reason must not be empty")
-    outcome = "blocked" if args.blocked else "reverted"
-    rec = from_run(iteration)
-    close_iteration(book, iteration, outcome, after=rec["after"], regressions=rec["regressions"],
-                    reason=args.reason.strip())
-    _refresh_log(book)
-    print(f"closed iteration {iteration.data.tags['iteration']} as {outcome}; the golden file is unchanged. "
-          f"Restore the code yourself (git restore / git revert) if it is still modified.")
-    return 0

@@ -335,6 +335,28 @@ def run_gate(*, root=None, overrides=None, jobs: int = 1, split: str | None = No
     return GateResult(cfg, golden, report, diagnostic, catalog, changes, overrides, comparison, violations, notes)
 
 
+def same_predictions(result: GateResult) -> list[str]:
+    """Fixtures x gated variants whose throughput error differs from the golden file.
+
+    Empty means the tree simulates and measures exactly what the golden file recorded, so any
+    change in bubble or rho is the scoring definition's, not the model's: the one case in which
+    `admit --redefine-metrics` may re-bootstrap the golden file without the per-fixture gate.
+    """
+    golden, table = result.golden or {}, result.report.table() if result.report is not None else None
+    if table is None:
+        return ["no report"]
+    moved = []
+    for r in table[table["variant"].isin(result.cfg.gated_variants)].to_dict("records"):
+        old = golden.get("fixtures", {}).get(r["id"], {}).get(r["variant"])
+        if old is None:
+            moved.append(f"{r['id']} {r['variant']}: not in the golden file")
+            continue
+        a, b = _f(old.get("throughput_error_pct")), r["throughput_error_pct"]
+        if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9):
+            moved.append(f"{r['id']} {r['variant']}: throughput error {a:.6g} % -> {b:.6g} %")
+    return moved
+
+
 def render(result: GateResult, *, max_worse: int = 5) -> str:
     cfg, lines = result.cfg, []
     g = result.golden

@@ -35,8 +35,9 @@ from hops.hardware import PRESET_DIR
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = Path(__file__).resolve().parent
 CALIBRATION, CHECKPOINTS = "calibration", "checkpoints"
-OUTCOMES = ("open", "landed", "reverted", "blocked")
-ITERATION_TAGS = ("iteration", "hypothesis", "change_site", "expected_effect", "outcome")
+OUTCOMES = ("open", "landed", "reverted", "blocked", "parked", "void")
+CLOSED = ("landed", "reverted", "blocked", "parked")  # void: a run opened by a propose race, closed by `repair`
+ITERATION_TAGS = ("iteration", "title", "hypothesis", "change_site", "expected_effect", "outcome", "stack_on")
 
 # Everything whose bytes can move a prediction. The pre-commit hook's `files:` regex
 # mirrors this list (tests/test_autoresearch.py keeps the two in sync).
@@ -158,6 +159,80 @@ def locked_append(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+# --------------------------------------------------------------------------- kill safety
+def crash_point(name: str) -> None:
+    """Test hook: `HOPS_AUTORESEARCH_KILL_AT=name` SIGKILLs the process here (between two writes)."""
+    if os.environ.get("HOPS_AUTORESEARCH_KILL_AT") == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def atomic_write(path: Path, text: str) -> Path:
+    """Temp file in the same directory, fsync, rename, fsync the directory: old or new bytes, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+_LOCK_DEPTH = [0]
+
+
+@contextlib.contextmanager
+def state_lock(timeout_s: float = 600.0):
+    """Exclusive lock over the calibration state (numbering, the one-open-iteration rule, every state write).
+
+    flock on the state directory itself (no lock file to commit) and, for a sqlite ledger, on a lock file
+    beside the database, so two state dirs sharing one ledger are serialised too. Re-entrant per process.
+    A tracking server shared by several machines is not covered: one machine's lock cannot see another's.
+    """
+    import fcntl
+
+    if _LOCK_DEPTH[0]:
+        _LOCK_DEPTH[0] += 1
+        try:
+            yield
+        finally:
+            _LOCK_DEPTH[0] -= 1
+        return
+    d = state_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    fds = [os.open(d, os.O_RDONLY)]
+    db = _sqlite_path(tracking_uri())
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        fds.append(os.open(db.with_name(db.name + ".state.lock"), os.O_RDWR | os.O_CREAT, 0o644))
+    try:
+        deadline = time.monotonic() + timeout_s
+        for fd in fds:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LedgerError(f"the calibration state under {d} stayed locked for {timeout_s:.0f} s "
+                                          f"(another autoresearch command is running)") from None
+                    time.sleep(0.05 + 0.05 * random.random())
+        _LOCK_DEPTH[0] = 1
+        yield
+    finally:
+        _LOCK_DEPTH[0] = 0
+        for fd in fds:
+            os.close(fd)  # closing releases the flock
+
+
 # --------------------------------------------------------------------------- metrics
 def clean_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
     """Drop NaN/None: a missing metric reads better in the UI than a NaN that breaks sorting."""
@@ -262,13 +337,19 @@ class Ledger:
         runs = self.runs(CALIBRATION, "tags.run_type = 'iteration'")
         return sorted(runs, key=lambda r: (int(r.data.tags.get("iteration", 0)), r.info.start_time))
 
+    def open_runs(self) -> list:
+        """Iteration runs still open here and not closed in the committed record (a kill can leave both)."""
+        closed = {r.get("run_id") for r in read_iterations() if r.get("outcome") in CLOSED}
+        return [r for r in self.iteration_runs()
+                if r.data.tags.get("outcome") == "open" and r.info.run_id not in closed]
+
     def open_iteration(self):
         """The open iteration run, or None. More than one open (a race) is reported, not guessed."""
-        open_runs = [r for r in self.iteration_runs() if r.data.tags.get("outcome") == "open"]
+        open_runs = self.open_runs()
         if len(open_runs) > 1:
             nums = ", ".join(r.data.tags["iteration"] for r in open_runs)
-            raise LedgerError(f"iterations {nums} are all open (a race between two proposers); close all but "
-                              f"one with `python -m autoresearch revert --reason ...`")
+            raise LedgerError(f"iterations {nums} are all open (a race between two proposers); keep one with "
+                              f"`python -m autoresearch repair --keep N` (the others are closed as void)")
         return open_runs[0] if open_runs else None
 
     def next_iteration(self) -> int:
@@ -277,9 +358,10 @@ class Ledger:
         known += [int(rec.get("iteration", 0)) for rec in read_iterations()]
         return max(known, default=0) + 1
 
-    def tag_iteration(self, iteration: str, tags: Mapping[str, str]) -> None:
-        """Set tags (e.g. the final outcome) on every run of an iteration, so UI filters agree."""
-        for run in self.runs(CALIBRATION, f"tags.iteration = '{iteration}'"):
+    def tag_iteration(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """Set tags (e.g. the final outcome) on an iteration run and every run logged under it."""
+        self.log(run_id, tags=tags)
+        for run in self.runs(CALIBRATION, f"tags.iteration_run = '{run_id}'"):
             self.log(run.info.run_id, tags=tags)
 
 
@@ -312,10 +394,36 @@ def read_iterations() -> list[dict]:
     return out
 
 
-def append_iteration(record: Mapping[str, Any]) -> None:
-    """Append-only, one line per closed iteration: concurrent branches merge as a union of lines."""
-    with locked_append(iterations_path()) as fh:
-        fh.write(json.dumps(record, sort_keys=True, allow_nan=False, default=str) + "\n")
+def _record_key(rec: Mapping[str, Any]) -> tuple:
+    return (rec.get("run_id") or f"it{rec.get('iteration')}-{rec.get('hypothesis')}", rec.get("outcome"))
+
+
+def append_iteration(record: Mapping[str, Any]) -> bool:
+    """Add one line per closed iteration (concurrent branches merge as a union of lines).
+
+    Idempotent: a record whose (run_id, outcome) is already there is not added again, so a command re-run
+    after a kill cannot duplicate lines. The file is rewritten atomically under the state lock.
+    Returns whether a line was added.
+    """
+    with state_lock():
+        existing = read_iterations()
+        key = _record_key(record)
+        if any(_record_key(r) == key for r in existing):
+            return False
+        path = iterations_path()
+        text = path.read_text() if path.exists() else ""
+        if text and not text.endswith("\n"):
+            text += "\n"
+        atomic_write(path, text + json.dumps(record, sort_keys=True, allow_nan=False, default=str) + "\n")
+        return True
+
+
+def latest_records() -> dict[int, dict]:
+    """The last record per iteration number (a parked iteration that later landed shows as landed)."""
+    out: dict[int, dict] = {}
+    for rec in read_iterations():
+        out[int(rec.get("iteration", 0))] = rec
+    return out
 
 
 # --------------------------------------------------------------------------- run artifacts

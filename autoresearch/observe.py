@@ -1,6 +1,6 @@
 """`observe`: where the train error comes from, ranked, so the next hypothesis starts from evidence.
 
-Per stage, F + BW + OPT + idle add up to the iteration wall time (see
+Per stage, F + BW + OPT + iter_end + pipe_idle add up to the iteration wall time (see
 autoresearch.scoring), so the phase deltas are an exact decomposition of each
 fixture's time error. Pooling them by (stage position x GPU type x phase)
 shows which part of the model is wrong and on how many fixtures; pooling the
@@ -21,7 +21,8 @@ from hops.traces.guard import check_split
 from . import ledger
 from .fixtures import list_fixtures, resolve_root
 
-PHASE_NAMES = {"F": "forward", "BW": "backward", "OPT": "optimizer", "idle": "idle"}
+PHASE_NAMES = {"F": "forward", "BW": "backward", "OPT": "optimizer", "iter_end": "iteration-end idle",
+               "pipe_idle": "pipeline idle"}
 
 
 def position(stage: int, depth: int) -> str:

@@ -8,9 +8,12 @@ Phase breakdowns are in ms *per iteration* (total over the measured window
 divided by its iteration count): the measured window holds the trace's kept
 iterations and the simulated one the scenario's `simulation.batches`, so raw
 totals would differ by that ratio alone. Per stage the phases F + BW + OPT +
-idle add up to the mean iteration wall time, which makes the breakdown an exact
-decomposition of the throughput error: a phase that is off by x ms per
-iteration on the critical stage moves the predicted wall by x ms.
+iter_end + pipe_idle add up to the mean iteration wall time, which makes the
+breakdown an exact decomposition of the throughput error: a phase that is off by
+x ms per iteration on the critical stage moves the predicted wall by x ms. The two
+idle parts are hops.metrics.time_breakdown's: idle after the pipeline flush
+(iteration-end syncs, collectives, host overhead) and idle before it (the
+schedule's bubble).
 """
 from __future__ import annotations
 
@@ -20,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from hops.metrics import measured_window, summarize
+from hops.metrics import measured_window, summarize, time_breakdown
 from hops.timeline import Timeline
 
-PHASES = ("F", "BW", "OPT", "idle")  # BW = all backward work (fused BW, or B + W when split)
+PHASES = ("F", "BW", "OPT", "iter_end", "pipe_idle")  # BW = all backward work (fused BW, or B + W when split)
 METRICS = ("mape", "bubble_mae_pp", "rho_mean", "n")
 
 
@@ -50,11 +53,12 @@ def phase_breakdown(tl: Timeline) -> tuple[tuple[tuple[int, str, float], ...], f
     rows = compute | (w.kind == "optimizer")
     idx = w.stage[rows] * 3 + code[rows]
     totals = np.bincount(idx, weights=(w.end_ms - w.start_ms)[rows], minlength=3 * p).reshape(p, 3) / n_iter
-    wall = (t1 - t0) / n_iter
+    idle = time_breakdown(w, t0, t1)
     out = []
     for s in range(p):
         f, bw, opt = (float(x) for x in totals[s])
-        out += [(s, "F", f), (s, "BW", bw), (s, "OPT", opt), (s, "idle", wall - f - bw - opt)]
+        out += [(s, "F", f), (s, "BW", bw), (s, "OPT", opt), (s, "iter_end", idle[s]["iteration_end_ms"]),
+                (s, "pipe_idle", idle[s]["pipeline_idle_ms"])]
     return tuple(out), t1 - t0, n_iter
 
 

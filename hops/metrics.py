@@ -58,22 +58,98 @@ def measured_window(tl: Timeline) -> tuple[Timeline, float, float]:
     return tl.select(mask), t0, t1
 
 
-def grouped_union(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, float]:
-    """union_length per key in one vectorized pass: groups are laid end to end on the time
-    axis (offset by more than the whole span) so one running max never crosses groups."""
-    if len(keys) == 0:
-        return {}
+def _disjoint_pieces(keys: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """Per-key union of intervals as disjoint pieces, in one vectorized pass.
+
+    Groups are laid end to end on the time axis (offset by more than the whole span) so
+    one running max never crosses groups. Returns (key names, group index, piece start,
+    piece end) with pieces in the original time base; empty pieces have start == end.
+    """
     names = np.unique(keys)  # hash-based without an inverse; codes by binary search is far cheaper
     group = np.searchsorted(names, keys)
     span = float(end.max() - start.min()) + 1.0
-    shift = group * span * 2.0 - start.min()
+    shift = group * span * 2.0
     s, e = start + shift, end + shift
     order = np.lexsort((s, group))
     s, e, g = s[order], e[order], group[order]
     prev_end = np.concatenate(([-np.inf], np.maximum.accumulate(e)[:-1]))
-    covered = np.clip(e - np.maximum(s, prev_end), 0.0, None)
-    totals = np.bincount(g, weights=covered, minlength=len(names))
+    lo = np.maximum(s, prev_end)
+    lo = np.minimum(lo, e)
+    return names, g, lo - shift[order], e - shift[order]
+
+
+def grouped_union(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, float]:
+    """union_length per key (overlap inside a key is not double counted)."""
+    if len(keys) == 0:
+        return {}
+    names, g, lo, hi = _disjoint_pieces(keys, start, end)
+    totals = np.bincount(g, weights=hi - lo, minlength=len(names))
     return {str(k): float(v) for k, v in zip(names.tolist(), totals)}
+
+
+def busy_mask(tl: Timeline) -> np.ndarray:
+    """Rows during which a stage is busy: F, B, W, fused BW, or an optimizer step.
+
+    This is the rule megatron_summary.json uses, and the one every bubble and utilization
+    figure in HOPS reads, for simulated and measured runs alike. Transfers, collectives,
+    syncs and host overhead are idle time of the stage.
+    """
+    return (tl.kind == "compute") | (tl.kind == "optimizer")
+
+
+BREAKDOWN_PARTS = ("compute_ms", "optimizer_ms", "iteration_end_ms", "pipeline_idle_ms")
+
+
+def time_breakdown(w: Timeline, t0: float, t1: float) -> list[dict]:
+    """Per stage, ms per iteration: compute, optimizer, iteration-end idle, pipeline idle.
+
+    The split point of each iteration is its pipeline flush, the last end of any F/B/W/BW
+    of that iteration on any stage. Idle before the flush is the schedule's bubble (fill,
+    drain, waiting on a neighbour); idle after it, until the next iteration starts, is the
+    iteration-end work a stage waits through (gradient all-reduces, the embedding sync,
+    barriers, host/framework overhead). The four parts add up to the mean iteration wall.
+    """
+    p = w.n_stages
+    ids = np.unique(w.iteration[w.iteration >= 0])
+    n_iter = max(len(ids), 1)
+    work = w.iteration >= 0
+    comp = w.kind == "compute"
+    starts = np.array([w.start_ms[work & (w.iteration == i)].min() for i in ids]) if len(ids) else np.zeros(0)
+    flush = np.array([w.end_ms[comp & (w.iteration == i)].max() if (comp & (w.iteration == i)).any()
+                      else w.start_ms[work & (w.iteration == i)].min() for i in ids]) if len(ids) else np.zeros(0)
+    nexts = np.append(starts[1:], t1) if len(ids) else np.zeros(0)
+    # F(t): pre-flush time in [t0, t]; piecewise linear through the iteration boundaries.
+    xs = np.ravel(np.column_stack([starts, np.minimum(flush, nexts)])) if len(ids) else np.array([t0])
+    fx = np.zeros(len(xs))
+    if len(ids):
+        fx[1::2] = np.cumsum(np.minimum(flush, nexts) - starts)
+        fx[2::2] = fx[1:-1:2]
+    pre_total = float(fx[-1])
+
+    def pre(t):
+        return np.interp(t, xs, fx)
+
+    rows = []
+    for part, mask in (("compute_ms", comp), ("optimizer_ms", w.kind == "optimizer")):
+        vals = np.bincount(w.stage[mask], weights=(w.end_ms - w.start_ms)[mask], minlength=p)[:p]
+        rows.append(vals)
+    busy = busy_mask(w) & (w.stage >= 0)
+    busy_pre = np.zeros(p)
+    busy_all = np.zeros(p)
+    if busy.any():
+        names, g, lo, hi = _disjoint_pieces(w.stage[busy], w.start_ms[busy], w.end_ms[busy])
+        lo, hi = np.clip(lo, t0, t1), np.clip(hi, t0, t1)
+        stage_of = names[g]
+        busy_all = np.bincount(stage_of, weights=hi - lo, minlength=p)[:p]
+        busy_pre = np.bincount(stage_of, weights=pre(hi) - pre(lo), minlength=p)[:p]
+    window = t1 - t0
+    pipeline_idle = pre_total - busy_pre
+    iteration_end = (window - pre_total) - (busy_all - busy_pre)
+    out = []
+    for s in range(p):
+        vals = (rows[0][s], rows[1][s], iteration_end[s], pipeline_idle[s])
+        out.append({"stage": s, **{k: max(float(v), 0.0) / n_iter for k, v in zip(BREAKDOWN_PARTS, vals)}})
+    return out
 
 
 def summarize(tl: Timeline) -> dict:
@@ -83,9 +159,13 @@ def summarize(tl: Timeline) -> dict:
     compute = w.kind == "compute"
     transfer = w.kind == "transfer"
 
-    by_stage = grouped_union(w.stage[compute], w.start_ms[compute], w.end_ms[compute])
+    busy = busy_mask(w)
+    by_stage = grouped_union(w.stage[busy], w.start_ms[busy], w.end_ms[busy])
     stage_busy = [by_stage.get(str(s), 0.0) for s in range(tl.n_stages)]
-    device_busy = grouped_union(w.device[compute], w.start_ms[compute], w.end_ms[compute])
+    device_busy = grouped_union(w.device[busy], w.start_ms[busy], w.end_ms[busy])
+    breakdown = time_breakdown(w, t0, t1)
+    n_iter_w = max(len(np.unique(w.iteration[w.iteration >= 0])), 1)
+    idle_total = {k: sum(r[k] for r in breakdown) * n_iter_w for k in ("iteration_end_ms", "pipeline_idle_ms")}
     link_busy = {}
     if transfer.any():
         ends = np.unique(np.concatenate([w.src[transfer], w.dst[transfer]]))
@@ -115,6 +195,11 @@ def summarize(tl: Timeline) -> dict:
         "makespan_ms": window,
         "bubble_ratio": 1.0 - sum(stage_busy) / (tl.n_stages * window) if window > 0 else 0.0,
         "bubble_per_stage": [1.0 - b / window for b in stage_busy] if window > 0 else [],
+        "idle_breakdown": {  # the bubble, read: shares of stages x window
+            "pipeline": idle_total["pipeline_idle_ms"] / (tl.n_stages * window) if window > 0 else 0.0,
+            "iteration_end": idle_total["iteration_end_ms"] / (tl.n_stages * window) if window > 0 else 0.0,
+        },
+        "time_breakdown_ms_per_iteration": breakdown,
         "utilization": {
             "per_stage": {str(s): b / window for s, b in enumerate(stage_busy)},
             "per_device": {d: b / window for d, b in sorted(device_busy.items())},

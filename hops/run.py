@@ -216,6 +216,13 @@ def _emit(text: str) -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
+def _idle_split(s: dict) -> str:
+    idle = s.get("idle_breakdown")
+    if not idle:
+        return ""
+    return f" (pipeline {100 * idle['pipeline']:.1f} + iteration end {100 * idle['iteration_end']:.1f})"
+
+
 def slowest_stage(summary: dict) -> dict | None:
     """The stage with the longest expected forward + backward per microbatch."""
     stages = summary.get("stages") or []
@@ -246,7 +253,7 @@ def format_summary(result, name: str, paths: dict[str, Path]) -> str:
     lines = [f"HOPS {name}: {len(s.get('stages', []))} stages, schedule {sched_txt}, seed {s.get('seed')}",
              f"  throughput     {tp['samples_per_s']:.2f} samples/s  ({tp['microbatches_per_s']:.2f} microbatches/s, "
              f"{tp['iterations_per_s']:.3f} iterations/s)",
-             f"  bubble         {100 * s['bubble_ratio']:.1f} %   makespan {s['makespan_ms']:.0f} ms over "
+             f"  bubble         {100 * s['bubble_ratio']:.1f} %{_idle_split(s)}   makespan {s['makespan_ms']:.0f} ms over "
              f"{s['window']['iterations']} iterations, microbatch latency p50 {s['latency_ms']['p50']:.1f} / "
              f"p99 {s['latency_ms']['p99']:.1f} ms"]
     worst = slowest_stage(s)

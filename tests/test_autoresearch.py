@@ -130,12 +130,12 @@ def test_deliberate_regression_is_rejected_with_every_violation_listed(env, stat
 
 def test_improvement_is_admitted_and_the_golden_file_updated(env, state, capsys, monkeypatch):
     golden_path().unlink()
-    with monkeypatch.context() as m:  # the golden of a worse model (no iteration-end embedding sync)
-        edit_presets(m, {"model.tied_embeddings": False})
+    with monkeypatch.context() as m:  # the golden of a worse model (kernels 4x too fast)
+        edit_presets(m, {COEF: regression(env)})
         assert run(capsys, "admit", "--bootstrap")[0] == 0
     worse = read_golden()
-    cite(state, "model.tied_embeddings", True, source="restored: Megatron ties embeddings")
-    code, out, _ = run(capsys, "propose", "--hypothesis", "the embedding sync is back", "--change-site",
+    cite(state, COEF, 1.0, source="restored: the preset value")
+    code, out, _ = run(capsys, "propose", "--hypothesis", "the kernels run at the preset speed", "--change-site",
                        "hops/presets/model.yaml", "--expect", "MAPE and bubble MAE down on every fixture")
     assert code == 0, out
     code, out, _ = run(capsys, "admit")
@@ -146,13 +146,43 @@ def test_improvement_is_admitted_and_the_golden_file_updated(env, state, capsys,
     for v in ("spec", "link_calibrated"):
         assert new["aggregates"][v]["mape"] < worse["aggregates"][v]["mape"]
     rec = ledger.read_iterations()[-1]
-    assert rec["outcome"] == "landed" and rec["hypothesis"] == "the embedding sync is back"
+    assert rec["outcome"] == "landed" and rec["hypothesis"] == "the kernels run at the preset speed"
     assert rec["before"]["spec"]["mape"] == pytest.approx(worse["aggregates"]["spec"]["mape"])
     assert rec["after"]["spec"]["mape"] == pytest.approx(new["aggregates"]["spec"]["mape"])
     log = (state / "LOG.md").read_text()
-    assert "the embedding sync is back" in log and "landed" in log and "→" in log
+    assert "the kernels run at the preset speed" in log and "landed" in log and "→" in log
     code, _, err = run(capsys, "admit")
     assert code == 2 and "no open iteration" in err
+
+
+def test_a_metric_redefinition_rebootstraps_the_golden_file_only_when_predictions_stand(env, state, capsys,
+                                                                                        monkeypatch):
+    """`admit --redefine-metrics` re-scores the same predictions under a new definition; a change that
+    moves any fixture's throughput is a model change and must pass the ordinary gate instead."""
+    import hops.metrics
+
+    before = golden_path().read_bytes()
+    assert run(capsys, "propose", "--hypothesis", "redefine", "--change-site", "hops/metrics.py",
+               "--expect", "bubble moves, throughput does not")[0] == 0
+    with monkeypatch.context() as m:
+        edit_presets(m, {COEF: regression(env)})
+        cite(state, COEF, regression(env))
+        code, out, _ = run(capsys, "admit", "--redefine-metrics")
+        assert code == 1 and "throughput moved" in out, out
+        assert golden_path().read_bytes() == before
+    with monkeypatch.context() as m:  # optimizer steps back to idle: bubble and rho move, throughput cannot
+        m.setattr(hops.metrics, "busy_mask", lambda tl: tl.kind == "compute")
+        m.setattr(validate_mod, "_MEMO", {})  # measured sides are memoized per process under the old definition
+        code, out, _ = run(capsys, "admit", "--redefine-metrics")
+        assert code == 0, out
+    new = read_golden()
+    assert new["checksum"] == checksum(new)
+    old = env["golden"]
+    for fid, per in new["fixtures"].items():
+        assert per["spec"]["throughput_error_pct"] == pytest.approx(old["fixtures"][fid]["spec"]["throughput_error_pct"])
+    assert any(per["spec"]["bubble_pp_delta"] != pytest.approx(old["fixtures"][fid]["spec"]["bubble_pp_delta"])
+               for fid, per in new["fixtures"].items())
+    assert ledger.read_iterations()[-1]["outcome"] == "landed"
 
 
 def test_constant_change_without_citation_is_rejected(env, state, capsys, monkeypatch):
@@ -290,7 +320,7 @@ def test_runs_carry_the_documented_params_metrics_tags_and_artifacts(env, state,
 def test_observe_ranks_contributors_with_numbers_and_logs_a_run(env, state, capsys):
     code, out, _ = run(capsys, "observe", "--top", "3")
     assert code == 0
-    assert re.search(r"(first|middle|last)-stage \w+ \w+ (under|over)-predicted [\d.]+x on \d+ fixtures?", out), out
+    assert re.search(r"(first|middle|last)-stage \w+ [\w -]+ (under|over)-predicted [\d.]+x on \d+ fixtures?", out), out
     assert "groups by contribution" in out and "worst fixtures" in out
     book = ledger.Ledger()
     obs = max(book.runs(ledger.CALIBRATION, "tags.run_type = 'observe'"), key=lambda r: r.info.start_time)

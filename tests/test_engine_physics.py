@@ -65,3 +65,26 @@ def test_shared_link_transfers_serialize_and_count_contention():
     xfer = tl.select((tl.kind == "transfer") & (tl.src == "g0"))
     order = xfer.start_ms.argsort()
     assert (xfer.start_ms[order][1:] >= xfer.end_ms[order][:-1] - 1e-9).all()  # FIFO: never overlap
+
+
+def test_an_optimizer_step_counts_as_busy_and_the_idle_splits_at_the_flush():
+    """Bubble = idle share, where F/B/W/BW and optimizer steps are busy (megatron_summary's rule).
+    The idle splits into pipeline idle (before the flush) and iteration-end idle (after it),
+    and per stage the four parts add up to the iteration wall."""
+    sc = pipeline(4, 8, schedule="1f1b", batches=3)
+    sc["optimizer"] = {"enabled": True, "step_ms": [5.0, 6.0, 7.0, 8.0]}
+    s = hops.simulate(sc).summary
+    wall = s["makespan_ms"] / s["window"]["iterations"]
+    parts = s["time_breakdown_ms_per_iteration"]
+    assert len(parts) == 4
+    for row in parts:
+        assert row["compute_ms"] + row["optimizer_ms"] + row["iteration_end_ms"] + row["pipeline_idle_ms"] == \
+            pytest.approx(wall, rel=1e-9)
+    busy = sum(r["compute_ms"] + r["optimizer_ms"] for r in parts)
+    assert s["bubble_ratio"] == pytest.approx(1.0 - busy / (4 * wall), rel=1e-9)
+    assert s["idle_breakdown"]["pipeline"] + s["idle_breakdown"]["iteration_end"] == pytest.approx(s["bubble_ratio"])
+    assert [r["optimizer_ms"] for r in parts] == pytest.approx([5.0, 6.0, 7.0, 8.0])
+    # 1F1B at constant times: the pipeline idle is the textbook (p - 1)(f + b) per stage
+    assert [r["pipeline_idle_ms"] for r in parts] == pytest.approx([3 * 6.0] * 4)
+    # after the flush every stage waits for the slowest optimizer step (8 ms) to finish
+    assert [r["iteration_end_ms"] for r in parts] == pytest.approx([3.0, 2.0, 1.0, 0.0])

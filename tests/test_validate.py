@@ -114,7 +114,7 @@ def test_aggregates_follow_design_definitions(fixtures_root, tmp_path):
 
 
 def test_phase_breakdown_adds_up_to_the_iteration_wall(fixtures_root, tmp_path):
-    """F + BW + OPT + idle per stage is the mean iteration wall, on both sides."""
+    """F + BW + OPT + iteration-end idle + pipeline idle per stage is the mean iteration wall, on both sides."""
     rep = validate("train", root=fixtures_root, ids=[SIX], variants=["replay"], cache_dir=tmp_path / "c")
     row = rep.rows[0]
     for side, thr in (("measured_ms", row["measured_throughput_per_s"]), ("predicted_ms", row["predicted_throughput_per_s"])):
@@ -221,10 +221,10 @@ def test_json_output_schema(fixtures_root, tmp_path):
             assert isinstance(row[key], float)
         assert row["util_spearman_rho"] is None or -1.0 <= row["util_spearman_rho"] <= 1.0
         stages = 2 if row["id"] == SMALL else 6
-        assert len(row["phase_breakdown"]) == stages * 4
+        assert len(row["phase_breakdown"]) == stages * 5
         for p in row["phase_breakdown"]:
             assert set(p) == {"stage", "phase", "measured_ms", "predicted_ms"}
-            assert p["phase"] in ("F", "BW", "OPT", "idle")
+            assert p["phase"] in ("F", "BW", "OPT", "iter_end", "pipe_idle")
 
 
 # --------------------------------------------------------------------------- speed machinery

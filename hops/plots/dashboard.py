@@ -201,7 +201,17 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
     bubbles = np.asarray(summary.get("bubble_per_stage", []) or [], dtype=float)
     if len(bubbles):
         x = np.arange(len(bubbles))
-        ax.bar(x, bubbles, color="#8C8C8C", width=0.8 if len(x) > 1 else 0.4)
+        bar_w = 0.8 if len(x) > 1 else 0.4
+        parts = summary.get("time_breakdown_ms_per_iteration") or []
+        if len(parts) == len(bubbles):  # the bubble, read: idle before the flush vs iteration-end idle
+            wall = np.array([sum(v for k, v in r.items() if k != "stage") for r in parts])
+            wall = np.where(wall > 0, wall, 1.0)
+            pipe = np.array([r["pipeline_idle_ms"] for r in parts]) / wall
+            end = np.array([r["iteration_end_ms"] for r in parts]) / wall
+            ax.bar(x, pipe, color="#8C8C8C", width=bar_w, label="pipeline idle")
+            ax.bar(x, end, bottom=pipe, color="#DD8452", width=bar_w, label="iteration-end idle")
+        else:
+            ax.bar(x, bubbles, color="#8C8C8C", width=bar_w)
         if "bubble_ratio" in summary:
             ax.axhline(summary["bubble_ratio"], color="#C44E52", linewidth=1.2,
                        label=f"overall {100 * summary['bubble_ratio']:.1f}%")
@@ -227,7 +237,7 @@ def plot_dashboard(summary: dict, timeline: Timeline, path) -> Path:
             ax.spines[sp].set_visible(False)
     else:
         _note(ax, "bubble_per_stage not in summary")
-    ax.set_title("Bubble (idle share of the window) per stage", fontsize=10, loc="left")
+    ax.set_title("Bubble per stage: idle share (pipeline / iteration end)", fontsize=10, loc="left")
 
     # ---- device block: utilization | peak memory vs capacity
     y0 = title_h + top_h + gap

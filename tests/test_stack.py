@@ -1,0 +1,248 @@
+"""Specifications for parked and stacked iterations: park, propose --on, admit of a stack, revert of a stack.
+
+Each test works in its own clone of a scratch copy of this repository (see
+tests/arscratch.py), because these commands save, apply and restore diffs of
+the git working tree. The scratch model starts two corrections behind the
+real one (the embedding gradient all-reduce off, and in bf16 instead of fp32);
+the golden file is bootstrapped from that, so restoring each correction is a
+real, measured improvement that the tests can stack.
+"""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import arscratch
+
+TRAIN = ("exp2_13_a10g_pair_pp2_run135", "exp2_14_l4_pair_pp2_run137")
+DIAGNOSTIC = "exp3_47_diag_pp3_gpipe_a10g_h100_l4_run371"
+MODEL = "hops/presets/model.yaml"
+
+
+def edit(repo: Path, rel: str, old: str, new: str) -> None:
+    f = repo / rel
+    text = f.read_text()
+    assert old in text, (rel, old)
+    f.write_text(text.replace(old, new, 1))
+
+
+def tie(repo):  # correction A: Megatron ties the input and output embeddings
+    edit(repo, MODEL, "tied_embeddings: false", "tied_embeddings: true")
+
+
+def fp32(repo):  # correction B: the embedding gradients are all-reduced in fp32
+    edit(repo, MODEL, "embedding_grad_bytes_per_element: 2", "embedding_grad_bytes_per_element: 4")
+
+
+@pytest.fixture(scope="module")
+def template(fixtures_root, tmp_path_factory):
+    base = tmp_path_factory.mktemp("stack-template")
+    repo = arscratch.copy_repo(base / "repo")
+    edit(repo, MODEL, "tied_embeddings: true", "tied_embeddings: false")
+    edit(repo, MODEL, "embedding_grad_bytes_per_element: 4", "embedding_grad_bytes_per_element: 2")
+    arscratch.commit(repo, "a model two corrections behind")
+    root = arscratch.link_fixtures(fixtures_root, base / "fixtures", TRAIN, DIAGNOSTIC)
+    cli = arscratch.Cli(repo, base / "ledger" / "mlflow.db", root)
+    code, out, err = cli("admit", "--bootstrap")
+    assert code == 0, out + err
+    arscratch.commit(repo, "golden file")
+    return cli
+
+
+@pytest.fixture
+def cli(template, tmp_path):
+    return arscratch.clone(template.repo, template.db, template.fixtures, tmp_path)
+
+
+def propose(cli, title, *extra):
+    code, out, err = cli("propose", "--hypothesis", f"{title}: a physical correction", "--change-site", MODEL,
+                         "--expect", "MAPE and bubble MAE down", "--title", title, *extra)
+    assert code == 0, out + err
+    return int(re.search(r"opened iteration (\d+)", out).group(1))
+
+
+def records(cli) -> list[dict]:
+    p = cli.repo / "autoresearch" / "iterations.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+
+
+def latest(cli, n: int) -> dict:
+    return [r for r in records(cli) if r["iteration"] == n][-1]
+
+
+def dirty(cli) -> list[str]:
+    """Paths changed against HEAD that are not calibration state."""
+    lines = arscratch.git(cli.repo, "status", "--porcelain", "--untracked-files=all").splitlines()
+    state = ("autoresearch/iterations.jsonl", "autoresearch/LOG.md", "autoresearch/golden/", "autoresearch/patches/")
+    return [x[3:] for x in lines if not x[3:].startswith(state)]
+
+
+def golden(cli) -> dict:
+    return json.loads((cli.repo / "autoresearch" / "golden" / "train.json").read_text())
+
+
+def park_a(cli) -> int:
+    n = propose(cli, "tie embeddings")
+    tie(cli.repo)
+    assert cli("gate")[0] == 0
+    code, out, err = cli("park")
+    assert code == 0, out + err
+    arscratch.commit(cli.repo, f"park it{n}")
+    return n
+
+
+def close(a: dict, b: dict) -> bool:
+    return all(abs(a[v][m] - b[v][m]) < 1e-9 for v in ("spec", "link_calibrated") for m in ("mape", "bubble_mae_pp"))
+
+
+# --------------------------------------------------------------------------- park
+def test_park_saves_the_diff_as_a_patch_restores_the_tree_and_links_it_from_the_log(cli):
+    n = propose(cli, "tie embeddings")
+    tie(cli.repo)
+    (cli.repo / "docs" / "note-it.md").write_text("a new file belongs to the change too\n")
+    assert cli("gate")[0] == 0
+    code, out, err = cli("park")
+    assert code == 0, out + err
+    rec = latest(cli, n)
+    assert rec["outcome"] == "parked" and rec["patch"] == f"patches/it{n}-tie-embeddings.patch"
+    patch = cli.repo / "autoresearch" / rec["patch"]
+    text = patch.read_text()
+    assert "tied_embeddings: true" in text and "docs/note-it.md" in text
+    assert dirty(cli) == [], "park restores the working tree (the diff lives in the patch)"
+    arscratch.git(cli.repo, "apply", "--check", str(patch))  # the change can be redone byte for byte
+    log = (cli.repo / "autoresearch" / "LOG.md").read_text()
+    assert f"## Iteration {n}: parked — tie embeddings" in log and f"]({rec['patch']})" in log
+    it = cli.ledger().get_run(rec["run_id"])
+    assert it.data.tags["outcome"] == "parked" and it.info.status == "KILLED"
+    assert "PASS" in it.data.tags["last_gate_report"]
+
+
+def test_park_is_refused_without_a_gate_of_this_tree_or_without_an_aggregate_gain(cli):
+    n = propose(cli, "fp32 grads alone")
+    fp32(cli.repo)  # with the embedding sync off, its byte width changes nothing: no gain of its own
+    code, _, err = cli("park")
+    assert code == 2 and "no gate run yet" in err
+    assert cli("gate", "--set", "model.k_floor_ms=1.5")[0] == 1
+    code, _, err = cli("park")
+    assert code == 2 and "what-if" in err
+    assert cli("gate")[0] == 0
+    code, _, err = cli("park")
+    assert code == 2 and "improves no gated aggregate" in err
+    tie(cli.repo)  # the tree moved on after its gate
+    code, _, err = cli("park")
+    assert code == 2 and "changed since" in err
+    assert not any(r["iteration"] == n for r in records(cli)), "a refused park records nothing"
+    assert cli("revert", "--reason", "test")[0] == 0
+
+
+# --------------------------------------------------------------------------- stacks
+def test_a_stack_lands_every_member_as_its_own_iteration_measured_cumulatively(cli):
+    g0 = golden(cli)
+    a = park_a(cli)
+    parked_after = latest(cli, a)["after"]
+    b = propose(cli, "fp32 embedding grads", "--on", str(a))
+    assert "tied_embeddings: true" in (cli.repo / MODEL).read_text(), "--on applies the parked patch"
+    run = cli.ledger().open_iteration()
+    assert run.data.tags["stack_on"] == str(a)
+    assert run.data.metrics["before.spec.mape"] == pytest.approx(parked_after["spec"]["mape"])
+    fp32(cli.repo)
+    assert cli("gate")[0] == 0
+    code, out, err = cli("admit")
+    assert code == 0, out + err
+    assert f"admitted iterations {a}, {b}" in out
+    g1 = golden(cli)
+    assert g1["admitted"]["iteration"] == b
+    ra, rb = latest(cli, a), latest(cli, b)
+    assert ra["outcome"] == rb["outcome"] == "landed" and ra["stack"] == rb["stack"] == [a, b]
+    assert close(ra["before"], g0["aggregates"]), "the bottom member is measured against the old golden file"
+    assert close(ra["after"], rb["before"]), "each member's before is the tree with the members below it"
+    assert close(rb["after"], g1["aggregates"])
+    for r in (ra, rb):
+        assert r["after"]["link_calibrated"]["mape"] < r["before"]["link_calibrated"]["mape"]
+    assert (cli.repo / "autoresearch" / ra["patch"]).is_file(), "a landed member keeps its patch as history"
+    book = cli.ledger()
+    assert book.get_run(ra["run_id"]).data.tags["outcome"] == "landed"
+    assert book.get_run(ra["run_id"]).info.status == "FINISHED"
+    assert book.open_iteration() is None
+    log = (cli.repo / "autoresearch" / "LOG.md").read_text()
+    assert f"## Iteration {a}: landed" in log and f"it{a} + it{b}" in log
+
+
+def test_a_member_that_rides_along_is_refused(cli):
+    a = park_a(cli)
+    propose(cli, "h100 mtbf", "--on", str(a))
+    edit(cli.repo, "hops/presets/devices.yaml", "mtbf_hours: 50000", "mtbf_hours: 40000")  # moves no score
+    with open(cli.repo / "autoresearch" / "citations.yaml", "a") as fh:
+        fh.write("  - {path: devices.h100.mtbf_hours, value: 40000, source: fleet log, kind: measurement}\n")
+    assert cli("gate")[0] == 0, "the stacked tree passes the gate: only the member rule can refuse it"
+    before = golden(cli)
+    code, out, _ = cli("admit")
+    assert code == 1 and "nothing rides along" in out and "improves no gated aggregate" in out
+    assert golden(cli) == before and cli.ledger().open_iteration() is not None
+
+
+def test_revert_drops_a_stack_and_keeps_its_patches(cli):
+    a = park_a(cli)
+    b = propose(cli, "fp32 embedding grads", "--on", str(a))
+    fp32(cli.repo)
+    code, out, err = cli("revert", "--reason", "try it the other way round")
+    assert code == 0, out + err
+    assert dirty(cli) == [], "the stack's patches and the top's change are all off the tree"
+    assert latest(cli, a)["outcome"] == "parked" and (cli.repo / "autoresearch" / latest(cli, a)["patch"]).is_file()
+    rb = latest(cli, b)
+    assert rb["outcome"] == "reverted" and rb["stack_on"] == [a]
+    assert "embedding_grad_bytes_per_element: 4" in (cli.repo / "autoresearch" / rb["patch"]).read_text()
+    assert "+tied_embeddings" not in (cli.repo / "autoresearch" / rb["patch"]).read_text(), \
+        "a stacked iteration's patch holds its own change only"
+    arscratch.commit(cli.repo, "reverted")
+    propose(cli, "again", "--on", str(a))  # the parked patch still applies
+    assert cli("revert", "--reason", "test")[0] == 0
+
+
+def _fake_parked(cli, numbers, stack_on=None) -> None:
+    """Parked records + patches as a previous session would have committed them (each adds one file)."""
+    with open(cli.repo / "autoresearch" / "iterations.jsonl", "a") as fh:
+        for k, n in enumerate(numbers):
+            name = f"patches/it{n}-file-{n}.patch"
+            body = f"file {n}\n"
+            patch = (f"diff --git a/docs/stack{n}.txt b/docs/stack{n}.txt\nnew file mode 100644\n--- /dev/null\n"
+                     f"+++ b/docs/stack{n}.txt\n@@ -0,0 +1 @@\n+{body}")
+            (cli.repo / "autoresearch" / "patches").mkdir(exist_ok=True)
+            (cli.repo / "autoresearch" / name).write_text(patch)
+            fh.write(json.dumps({"iteration": n, "run_id": f"elsewhere-{n}", "outcome": "parked", "patch": name,
+                                 "title": f"file {n}", "hypothesis": f"file {n}", "before": {}, "after": None,
+                                 "stack_on": (stack_on or {}).get(n, [])}) + "\n")
+    arscratch.commit(cli.repo, "parked elsewhere")
+
+
+def test_a_stack_has_at_most_four_members(cli):
+    _fake_parked(cli, [11, 12, 13, 14, 15], stack_on={12: [11]})
+    code, _, err = cli("propose", "--hypothesis", "h", "--change-site", MODEL, "--expect", "e",
+                       "--on", "11,12,13,14,15")
+    assert code == 2 and "at most 4 members" in err
+    code, _, err = cli("propose", "--hypothesis", "h", "--change-site", MODEL, "--expect", "e", "--on", "12,13,14,15")
+    assert code == 2 and "at most 4" in err, "--on 12 brings the iteration it was parked on (11) along"
+    n = propose(cli, "fifth", "--on", "12,13,14")  # expands to 11, 12, 13, 14
+    assert cli.ledger().open_iteration().data.tags["stack_on"] == "11,12,13,14"
+    assert all((cli.repo / "docs" / f"stack{k}.txt").is_file() for k in (11, 12, 13, 14))
+    tie(cli.repo)
+    assert cli("gate")[0] == 0
+    code, _, err = cli("park")
+    assert code == 2 and "at most 4 members; this one would have 5" in err
+    code, out, err = cli("admit")
+    assert code == 2 and "at most 4 members" in err
+    assert cli("revert", "--reason", "too tall")[0] == 0 and latest(cli, n)["outcome"] == "reverted"
+    assert dirty(cli) == []
+
+
+def test_propose_on_needs_parked_iterations_and_a_clean_tree(cli):
+    code, _, err = cli("propose", "--hypothesis", "h", "--change-site", MODEL, "--expect", "e", "--on", "1")
+    assert code == 2 and "iteration 1 is landed, not parked" in err
+    code, _, err = cli("propose", "--hypothesis", "h", "--change-site", MODEL, "--expect", "e", "--on", "x")
+    assert code == 2 and "expected iteration numbers" in err
+    a = park_a(cli)
+    (cli.repo / "docs" / "scratch.txt").write_text("uncommitted\n")
+    code, _, err = cli("propose", "--hypothesis", "h", "--change-site", MODEL, "--expect", "e", "--on", str(a))
+    assert code == 2 and "uncommitted changes" in err
+    assert cli.ledger().open_iteration() is None
