@@ -20,7 +20,8 @@ is the ZB-H1 level (min(p, m) microbatches on every stage, 1F1B's peak) unless
 otherwise, so by default no stage holds more activations than 1F1B's stage 0.
 
 Options: max_in_flight, extra_in_flight, search_passes (coordinate-descent passes, 2),
-search_budget (simulated tasks, 5e6), per_microbatch (False: each stage all-fused or
+search_budget (simulated tasks, 2e5, so a 16 x 64 pipeline configures in under 1 s:
+benchmarks/scheduler_bench.py), per_microbatch (False: each stage all-fused or
 all-split, an ablation).
 
 The winner is replayed as a fixed per-stage task order (StaticOrderScheduler semantics):
@@ -260,7 +261,7 @@ def peak_in_flight(order: Sequence[Task]) -> int:
 BASELINES = ("1f1b", "gpipe", "zb_h1", "zb_h2")
 
 
-def search(meta: PipelineMeta, caps: Sequence[int], max_passes: int = 2, budget: float = 5e6,
+def search(meta: PipelineMeta, caps: Sequence[int], max_passes: int = 2, budget: float = 2e5,
            per_microbatch: bool = True) -> Plan:
     """Best schedule found for this pipeline (memoized on the expected times and settings).
 
@@ -360,7 +361,7 @@ class HeteroSearch(StaticOrderScheduler):
         extra = int(self.options.get("extra_in_flight", 0))
         caps = [int(cap) if cap else min(p, meta.n_microbatches) + extra for s in range(p)]
         self.plan = search(meta, caps, int(self.options.get("search_passes", 2)),
-                           float(self.options.get("search_budget", 5e6)),
+                           float(self.options.get("search_budget", 2e5)),
                            bool(self.options.get("per_microbatch", True)))
         self.order = self.plan.orders
         modes = self.plan.modes
