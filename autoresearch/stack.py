@@ -126,7 +126,7 @@ def evaluate_tree(tree: str, *, root, variants, ids=None, split: str = "train", 
     """Aggregates of `variants` on `split` for the model in git tree `tree` (scored in a subprocess)."""
     from .fixtures import resolve_root
 
-    root = resolve_root(root)
+    root = Path(resolve_root(root)).resolve()  # the subprocess runs in another directory
     with tempfile.TemporaryDirectory(prefix="hops-stack-") as tmp:
         src = worktree.export(tree, Path(tmp) / "tree")
         out = Path(tmp) / "report.json"

@@ -59,7 +59,20 @@ def check_variants(names) -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------- trace-free variants
 def spec_scenario(fixture: Fixture) -> dict:
-    return copy.deepcopy(fixture.scenario_doc)
+    """The fixture's scenario as the Megatron job ran it.
+
+    Every fixture is a Megatron training job, and that job steps Adam on every stage at every
+    iteration (each trace has OPTIMIZER events on every rank). The scenarios' `optimizer:
+    enabled: false` is the original simulator's template switch, not a property of the job, so
+    the prediction runs the optimizer, with the step time the model derives from the stage's
+    parameters, never a time read from the trace.
+    """
+    doc = copy.deepcopy(fixture.scenario_doc)
+    opt = dict(doc.get("optimizer") or {})
+    opt["enabled"] = True
+    opt.pop("step_ms", None)
+    doc["optimizer"] = opt
+    return doc
 
 
 def link_calibrated_scenario(fixture: Fixture) -> dict:

@@ -46,4 +46,10 @@ def tied_embedding_sync_ms(scenario, catalog, topology) -> float:
     link = topology.link(first, last)
     if link is None:
         return 0.0
-    return ring_allreduce_ms(size_mb, 2, link.bandwidth_gbps, link.latency_ms)
+    bw = link.bandwidth_gbps
+    a, b = topology.devices[first], topology.devices[last]
+    if a.gpu == b.gpu and a.node != b.node and a.same_type_allreduce_gbps:
+        # An all-reduce sends and receives at once; between two hosts of some types that
+        # two-way traffic runs well below the one-way rate a p2p benchmark reports.
+        bw = min(bw, a.same_type_allreduce_gbps)
+    return ring_allreduce_ms(size_mb, 2, bw, link.latency_ms)

@@ -89,24 +89,39 @@ class ComputeModel:
         peak = dev.peak_tflops
         t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share
         t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps * share
+        # Unfused attention materializes each head's s x s scores in HBM: forward writes them,
+        # softmax reads and rewrites them, the value product reads them again; the backward
+        # walks them more times. At long sequences this traffic, not the FLOPs, sets the time.
+        scores = 0.0
+        if s.hidden_dim and s.seq_len and m["attention_head_dim"]:
+            scores = layers * s.hidden_dim / m["attention_head_dim"] * s.seq_len ** 2 * s.micro_batch_size
+        t_attn_f = scores * m["attention_bytes_forward"] / 1e6 / dev.memory_bandwidth_gbps
+        t_attn_b = scores * m["attention_bytes_backward"] / 1e6 / dev.memory_bandwidth_gbps
         last = i == s.n_stages - 1 if last is None else last
         first = i == 0 if first is None else first
-        lm = 0.0  # LM head: additive FLOPs and weight-read terms on the last stage (seed iteration 4)
+        lm = lm_logits_f = lm_logits_b = 0.0  # LM head on the last stage (seed iteration 4, + logits)
         if last and m["lm_head"] and s.hidden_dim and s.seq_len:
             vocab = s.vocab_size or m["vocab_size"]
             lm_flops = 2.0 * s.seq_len * s.hidden_dim * vocab * s.micro_batch_size
             lm_bytes = s.hidden_dim * vocab * m["bytes_per_element"][s.precision]
             lm = (lm_flops / (peak * 1e12) * 1000.0 * m["compute_time_coefficient"]
                   + lm_bytes / 1e6 / dev.memory_bandwidth_gbps)
+            # The s x V logits, not the weights, dominate the head: the loss casts them to fp32
+            # and passes over them several times (softmax max/exp/sum, log, target gather) in
+            # the forward, and again to form the gradient in the backward, all memory-bound.
+            logits = s.seq_len * vocab * s.micro_batch_size
+            lm_logits_f = logits * m["logits_bytes_forward"] / 1e6 / dev.memory_bandwidth_gbps
+            lm_logits_b = logits * m["logits_bytes_backward"] / 1e6 / dev.memory_bandwidth_gbps
         floor = layers * m["k_floor_ms"]
         launch = dev.launch_overhead_ms
         embed = m["embedding_overhead_ms"] if first and s.hidden_dim and s.seq_len else 0.0
         k = s.backward_factor
         a = s.activation_grad_fraction
         floor_b, floor_w = split_floors(floor, m)
-        f = max(t_c, t_m, floor) + launch + embed + lm
-        bw = max(k * t_c, k * t_m, floor) + launch + k * lm
-        b = max(a * k * t_c, a * k * t_m, floor_b) + launch + a * k * lm
+        f = max(t_c, t_m + t_attn_f, floor) + launch + embed + lm + lm_logits_f
+        bw = max(k * t_c, k * t_m + t_attn_b, floor) + launch + k * lm + lm_logits_b
+        # the score gradients are part of the input gradient (B); W only forms weight gradients
+        b = max(a * k * t_c, a * k * t_m + t_attn_b, floor_b) + launch + a * k * lm + lm_logits_b
         w = max((1 - a) * k * t_c, (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm
         sd = dev.slowdown
         return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)

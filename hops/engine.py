@@ -161,8 +161,11 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     links_state = Links([lp.transfer_ms(msg_mb) for lp in links],
                         [lognormal_unit(rngs["comm"], lp.jitter, uses[k] * n_total).tolist() if lp.jitter > 0
                          else None for k, lp in enumerate(links)])
+    # Per-iteration host/framework time outside the schedule (scalar grad-norm and inf checks
+    # across the pipeline, zero_grad, timers, the data-loader handoff): the scenario's own
+    # distribution when it gives one, else the model constant.
     host = (draw(scenario.host_overhead, rngs["host"], iters).tolist() if scenario.host_overhead is not None
-            else [0.0] * iters)
+            else [float(catalog.model["iteration_overhead_ms"])] * iters)
     opt_ms = _optimizer_ms(scenario, compute, catalog)
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
     sync_ms = tied_embedding_sync_ms(scenario, catalog, topo)

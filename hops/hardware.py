@@ -98,6 +98,8 @@ class DeviceParams:
     launch_overhead_ms: float
     mtbf_hours: float
     slowdown: float = 1.0
+    host_network_gbps: float | None = None  # the host's network interface, as NCCL reaches it
+    same_type_allreduce_gbps: float | None = None  # two-way all-reduce rate between two such hosts
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,10 @@ class LinkParams:
         return self.latency_ms + size_mb / self.bandwidth_gbps
 
 
+def _opt_float(value) -> float | None:
+    return None if value is None else float(value)
+
+
 class Topology:
     """Devices with their effective parameters and the directed links between them.
 
@@ -135,7 +141,9 @@ class Topology:
                 id=d.id, gpu=d.gpu, node=d.node, peak_tflops=float(params["peak_tflops"]),
                 memory_bandwidth_gbps=float(params["memory_bandwidth_gbps"]), memory_gb=float(params["memory_gb"]),
                 launch_overhead_ms=float(params["launch_overhead_ms"]), mtbf_hours=float(params["mtbf_hours"]),
-                slowdown=float(params.get("slowdown", 1.0)))
+                slowdown=float(params.get("slowdown", 1.0)),
+                host_network_gbps=_opt_float(params.get("host_network_gbps")),
+                same_type_allreduce_gbps=_opt_float(params.get("same_type_allreduce_gbps")))
         self._catalog = catalog
         self._same, self._cross = scenario.same_node, scenario.cross_node
         self._explicit: dict[tuple[str, str], dict] = {}
@@ -153,6 +161,11 @@ class Topology:
         same = self.devices[src].node == self.devices[dst].node
         preset_name = self._same if same else self._cross
         values: dict[str, float] = dict(self._catalog.interconnects[preset_name]) if preset_name else {}
+        if not same and "bandwidth_gbps" in values:
+            # A cross-node message leaves one host's network interface and enters another's: the
+            # slower interface caps it, whatever the fabric preset says.
+            caps = [c for c in (self.devices[src].host_network_gbps, self.devices[dst].host_network_gbps) if c]
+            values["bandwidth_gbps"] = min([float(values["bandwidth_gbps"]), *caps])
         explicit = self._explicit.get((src, dst))
         kind = preset_name or ""
         if explicit:
