@@ -60,7 +60,7 @@ def run_config(path: str, factor: float, jitter: float = 0.0, seeds=SEEDS, sched
     doc, _ = load_document(path)
     doc["pipeline"]["compute_jitter"] = jitter
     out = {"makespan_ms": {}, "lower_bound_ms": {}, "peak_in_flight": {}, "peak_memory_mb": {}, "effective": {},
-           "plan": None, "configure_s": {}}
+           "plan": None, "configure_s": {}, "bound_violations": []}
     t0 = time.perf_counter()
     p, m = len(doc["pipeline"]["stages"]), doc["simulation"]["microbatches"]
     for sched in schedulers:
@@ -75,9 +75,9 @@ def run_config(path: str, factor: float, jitter: float = 0.0, seeds=SEEDS, sched
             out["configure_s"][sched] = max(out["configure_s"].get(sched, 0.0), time.perf_counter() - t_c)
             if jitter == 0 and sched not in VIRTUAL:  # the bound uses expected times of whole stages
                 lb = run_bound(r, catalog)
-                if r.summary["makespan_ms"] < lb["lower_bound_ms"] - 1e-6:
-                    raise AssertionError(f"{path} {sched} seed {seed}: makespan {r.summary['makespan_ms']} beats "
-                                         f"the lower bound {lb['lower_bound_ms']}")
+                if r.summary["makespan_ms"] < lb["lower_bound_ms"] - 1e-6:  # reported, never hidden
+                    out["bound_violations"].append(f"{Path(path).stem} {sched} seed {seed}: makespan "
+                                                   f"{r.summary['makespan_ms']:.3f} < bound {lb['lower_bound_ms']:.3f}")
                 lbs.append(lb["lower_bound_ms"])
                 last_lb, last_r = lb, r
             ms.append(r.summary["makespan_ms"])
@@ -457,6 +457,16 @@ def main(argv=None) -> int:
         seeds = ", ".join(map(str, SEEDS))
         sections[f"{g}_{c}_{j}"] = (f"**Makespan (ms, mean of seeds {seeds}; * = more activation memory than "
                                     f"ZB-H1)**\n\n{table_makespans(rows)}\n\n**Summary**\n\n{summary_lines(rows)}")
+    violations = [v for key in keys for r in raw[key].values() for v in r["bound_violations"]]
+    full["bound_violations"] = violations
+    (args.out / "results_full.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
+    if violations:
+        print(f"warning: {len(violations)} runs beat the lower bound (a bug in the bound or the engine):",
+              *violations[:10], sep="\n  ", file=sys.stderr)
+    sections["bound_violations"] = ("none" if not violations else
+                                    f"**{len(violations)} runs beat the lower bound**, so the bound (or the "
+                                    "engine) has a bug under the current compute model:\n\n" +
+                                    "\n".join(f"- {v}" for v in violations))
     sections["targets"] = table_targets(tg)
     sections["ablations"] = table_ablations(abl)
     sections["placement"] = table_placement(placement_cases) if placement_cases else "(skipped)"
