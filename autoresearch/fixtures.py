@@ -1,21 +1,24 @@
 """Finding fixtures: the root, the splits, and the groups a fixture is scored in.
 
 Every autoresearch command that reads fixtures goes through `list_fixtures`, so
-the held-out split guard is enforced in one place (plus the importer's own
-check in ``hops.traces.load_trace`` for code that bypasses this module).
+the held-out split guard is enforced before anything is read (plus the
+importer's own checks in ``hops.traces`` for code that bypasses this module).
+A Fixture carries the checkpoint token it was listed with, if any, and every
+read it makes (scenario, trace, link benchmark) presents it to the guard, so a
+Fixture built by hand for a test-split directory refuses to read it.
 """
 from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import yaml
 
 from hops.errors import HopsError
-from hops.traces.guard import CheckpointToken, SplitGuardError, check_split
+from hops.traces.guard import CheckpointToken, SplitGuardError, check_path, check_split
 
 __all__ = ["Fixture", "FixtureError", "SplitGuardError", "CheckpointToken", "resolve_root", "list_fixtures",
            "SPLITS", "DEVICE_FAMILIES"]
@@ -51,6 +54,7 @@ class Fixture:
     id: str
     split: str
     path: Path
+    token: CheckpointToken | None = field(default=None, compare=False, repr=False)
 
     @property
     def scenario_path(self) -> Path:
@@ -58,6 +62,7 @@ class Fixture:
 
     @cached_property
     def scenario_doc(self) -> dict:
+        check_path(self.scenario_path, self.token)
         try:
             doc = yaml.safe_load(self.scenario_path.read_text())
         except (OSError, yaml.YAMLError) as exc:
@@ -94,6 +99,24 @@ class Fixture:
     def microbatches(self) -> int:
         return int(self.scenario_doc.get("simulation", {}).get("microbatches", 0))
 
+    def check_trace_layout(self, stage_devices, microbatches_per_iteration: int) -> None:
+        """The scenario describes the run its trace measured: same stages on the same devices, same microbatches.
+
+        A disagreement would still score (a rate needs no equal counts, a rank
+        correlation of unequal lists is just NaN), silently, and mean nothing.
+        """
+        declared = tuple(str(st.get("device")) for st in self.scenario_doc.get("pipeline", {}).get("stages", []))
+        if len(declared) != len(stage_devices):
+            raise FixtureError(f"{self.scenario_path}: pipeline.stages has {len(declared)} stages but the trace "
+                               f"(hops_trace_map.json) has {len(stage_devices)}, expected them to agree")
+        for s, (mine, theirs) in enumerate(zip(declared, stage_devices)):
+            if mine != theirs:
+                raise FixtureError(f"{self.scenario_path}: pipeline.stages[{s}].device is {mine!r} but the trace "
+                                   f"ran stage {s} on {theirs!r}, expected them to agree")
+        if self.microbatches != microbatches_per_iteration:
+            raise FixtureError(f"{self.scenario_path}: simulation.microbatches is {self.microbatches} but the "
+                               f"trace has {microbatches_per_iteration} per iteration, expected them to agree")
+
     def groups(self) -> dict[str, str]:
         """The group breakdowns the suite reports, as string labels (JSON keys)."""
         return {"device_family": self.device_family, "schedule": self.schedule,
@@ -108,20 +131,37 @@ def list_fixtures(root: str | os.PathLike, split: str, ids=None, *, token: Check
     so not even the fixture names of the test split are read.
     """
     check_split(split, token)
+    if not split or split in (".", "..") or "/" in split or "\\" in split:
+        raise FixtureError(f"split {split!r}: expected a plain split name ({', '.join(SPLITS)})")
     base = Path(root) / split / "cluster_results"
+    check_path(base, token)  # a split directory that is a symlink into the held-out split
     if not base.is_dir():
         present = sorted(p.name for p in Path(root).iterdir() if (p / "cluster_results").is_dir()) \
             if Path(root).is_dir() else []
         present = [p for p in present if p not in ("test",)] or ["none"]
         raise FixtureError(f"split {split!r} not found: {base} is not a directory "
                            f"(splits under {root}: {', '.join(present)})")
-    found = {p.name: Fixture(p.name, split, p) for p in sorted(base.iterdir())
-             if p.is_dir() and (p / SCENARIO_FILE).is_file()}
+    found, broken = {}, {}
+    for p in sorted(base.iterdir()):
+        if p.name.startswith("."):
+            continue  # editor and OS droppings (.DS_Store, .ipynb_checkpoints), never fixtures
+        check_path(p, token)  # a fixture that is a symlink into the held-out split
+        if not p.is_dir():
+            broken[p.name] = f"{p}: not a fixture directory, expected {base}/<id>/{SCENARIO_FILE}"
+        elif not (p / SCENARIO_FILE).is_file():
+            broken[p.name] = f"{p}: no {SCENARIO_FILE}, expected every fixture directory to have its scenario"
+        else:
+            found[p.name] = Fixture(p.name, split, p, token)
+    if ids is None and broken:  # the whole split was asked for: a fixture left out would change the suite
+        raise FixtureError(next(iter(broken.values())))
     if ids is None:
         if not found:  # an empty split would score as a perfect (vacuous) suite
             raise FixtureError(f"split {split!r} has no fixtures: no {base}/<id>/{SCENARIO_FILE}")
         return list(found.values())
     wanted = list(dict.fromkeys(ids))
+    for i in wanted:
+        if i in broken:
+            raise FixtureError(broken[i])
     missing = [i for i in wanted if i not in found]
     if missing:
         hint = difflib.get_close_matches(missing[0], list(found), n=1)

@@ -32,6 +32,7 @@ from hops.errors import HopsError
 from hops.hardware import Catalog
 from hops.traces import load_trace
 from hops.traces.guard import SplitGuardError, check_split
+from hops.traces.link_bench import bench_files
 from hops.traces.megatron import IMPORTER_VERSION, trace_files
 
 from . import scoring
@@ -53,6 +54,7 @@ class FixtureEvaluationError(HopsError):
 class Measured:
     side: scoring.Side
     fit: ReplayFit | None = None
+    layout: tuple = ()  # (stage devices, microbatches per iteration) of the trace
 
 
 _MEMO: dict[str, Measured] = {}
@@ -63,7 +65,7 @@ _CATALOGS: dict[str, Catalog] = {}
 def trace_key(fixture: Fixture) -> str:
     """Content hash of what the measured side depends on (trace files + stage map + importer version)."""
     h = hashlib.sha256(IMPORTER_VERSION.encode())
-    for path in [fixture.path / "hops_trace_map.json", *trace_files(fixture.path)]:
+    for path in [fixture.path / "hops_trace_map.json", *trace_files(fixture.path, fixture.token)]:
         h.update(path.name.encode() + b"\0")
         h.update(path.read_bytes() if path.exists() else b"")
     return h.hexdigest()
@@ -94,7 +96,9 @@ def _evaluate(fixture: Fixture, variants: tuple[str, ...], overrides, seed, cach
                 timeline = load_trace(fixture.path, cache_dir=cache_dir, token=token)
             return timeline
 
-        measured = known or Measured(scoring.side_of(trace()))
+        measured = known or Measured(scoring.side_of(trace()), layout=(trace().stage_devices,
+                                                                       trace().microbatches_per_iteration))
+        fixture.check_trace_layout(*measured.layout)
         if "replay" in variants and measured.fit is None:
             measured.fit = fit_replay(trace())
         groups = fixture.groups()
@@ -211,6 +215,8 @@ class Report:
                 "phase error, predicted - measured ms per iteration (mean over stages, then fixtures)",
                 phase.to_string(),
             ]
+        if "link_calibrated" in self.variants and self.extras.get("no_link_bench"):
+            parts.append(f"\nlink_calibrated = spec (no link bench): {', '.join(self.extras['no_link_bench'])}")
         return "\n".join(parts)
 
 
@@ -268,5 +274,6 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
     finally:
         bar.close()
     rows = [r for i in range(len(fixtures)) for r in results[i]]
+    no_bench = [f.id for f in fixtures if not bench_files(f.path, f.token)]
     return Report(split=split, variants=names, rows=rows, fingerprint=catalog.fingerprint(), overrides=overrides,
-                  elapsed_s=time.perf_counter() - t_start)
+                  elapsed_s=time.perf_counter() - t_start, extras={"no_link_bench": no_bench})

@@ -6,9 +6,10 @@ derived from the target trace can reach them. Only `replay` receives a
 `ReplayFit`, and a ReplayFit can only be made from a measured Timeline.
 `tests/test_validate.py` proves the boundary by perturbing a trace.
 
-Replay takes per-stage forward/backward distributions, per-stage optimizer steps, the
-per-iteration dead time (placed before the optimizer, where the engine puts host
-overhead and the traces show it) and measured transfer times from the target trace.
+Replay takes per-stage forward/backward distributions, per-stage optimizer steps and the
+mean per-iteration dead time (placed before the optimizer, where the engine puts host
+overhead and the traces show it) from the target trace, and runs them on the links of
+the fixture's pre-job benchmark, as link_calibrated does.
 """
 from __future__ import annotations
 
@@ -19,13 +20,12 @@ from typing import Callable
 import numpy as np
 
 from hops.api import Result, simulate
-from hops.engine import activation_mb
 from hops.errors import HopsError, TraceError
 from hops.hardware import Catalog
 from hops.metrics import measured_window
-from hops.scenario import load_scenario
 from hops.timeline import Timeline
 from hops.traces import link_overrides
+from hops.traces.guard import check_fixture_dir
 
 from .fixtures import Fixture
 
@@ -80,7 +80,7 @@ def link_calibrated_scenario(fixture: Fixture) -> dict:
     doc = spec_scenario(fixture)
     over = doc.setdefault("overrides", {}) or {}
     doc["overrides"] = over
-    over["links"] = list(over.get("links") or []) + link_overrides(fixture.path)["links"]
+    over["links"] = list(over.get("links") or []) + link_overrides(fixture.path, fixture.token)["links"]
     return doc
 
 
@@ -111,7 +111,6 @@ class ReplayFit:
     backward_w: tuple[Lognormal, ...] | None
     optimizer_step_ms: tuple[float, ...] | None  # per stage; None: the trace has no optimizer events
     host_overhead: Lognormal | None
-    transfers: tuple[tuple[str, str, Lognormal], ...]
 
 
 def _per_stage(w: Timeline, mask: np.ndarray, n_stages: int, what: str) -> tuple[Lognormal, ...]:
@@ -159,15 +158,17 @@ def fit_replay(tl: Timeline) -> ReplayFit:
                         for s in range(p))
     host = Lognormal.fit(np.array(dead)) if dead and np.mean(dead) > 0 else None
 
-    transfer = w.kind == "transfer"
-    pairs = sorted(set(zip(w.src[transfer].tolist(), w.dst[transfer].tolist())))
-    dur = w.end_ms - w.start_ms
-    transfers = tuple((a, b, Lognormal.fit(dur[transfer & (w.src == a) & (w.dst == b)])) for a, b in pairs)
-    return ReplayFit(forward, backward, backward_b, backward_w, step_ms, host, transfers)
+    return ReplayFit(forward, backward, backward_b, backward_w, step_ms, host)
 
 
 def replay_scenario(fixture: Fixture, fit: ReplayFit, catalog: Catalog) -> dict:
-    doc = spec_scenario(fixture)
+    """Orchestration replay: the fitted compute, steps and dead time on the benchmarked links.
+
+    Transfers come from the link benchmark, not from the trace's transfer events: those time
+    the host-side posting of a p2p op (0.1-0.6 ms for a 2 MB activation on hops whose
+    sender-end to receiver-start gap is 1.2-2.4 ms), not the message's flight.
+    """
+    doc = link_calibrated_scenario(fixture)
     pipe = doc["pipeline"]
     if len(fit.forward) != len(pipe["stages"]):
         raise TraceError(f"{fixture.path}: trace has {len(fit.forward)} stages, scenario has "
@@ -189,23 +190,11 @@ def replay_scenario(fixture: Fixture, fit: ReplayFit, catalog: Catalog) -> dict:
     # The fitted dead time already contains the iteration-end collectives the model would add.
     pipe.setdefault("model", {})["tied_embeddings"] = False
     if fit.host_overhead is not None:
-        pipe["host_overhead"] = fit.host_overhead.as_doc()
+        # its mean, not draws from a fitted lognormal: over a few simulated iterations the draws
+        # alone would move the predicted mean by several percent
+        pipe["host_overhead"] = {"kind": "constant", "ms": fit.host_overhead.mean_ms}
     else:
         pipe.pop("host_overhead", None)
-    if fit.transfers:
-        # Express each measured mean as a latency-free bandwidth at the message size the
-        # simulator sends, so a simulated transfer takes the measured mean time.
-        msg_mb = activation_mb(load_scenario(spec_scenario(fixture), catalog), catalog)
-        links = []
-        for src, dst, d in fit.transfers:
-            if msg_mb > 0:
-                values = {"latency_ms": 0.0, "bandwidth_gbps": msg_mb / d.mean_ms}
-            else:
-                values = {"latency_ms": d.mean_ms, "bandwidth_gbps": 1e9}
-            links.append({"src": src, "dst": dst, **values, "jitter": d.cv})
-        over = doc.get("overrides") or {}
-        over["links"] = list(over.get("links") or []) + links
-        doc["overrides"] = over
     return doc
 
 
@@ -213,6 +202,7 @@ def replay_scenario(fixture: Fixture, fit: ReplayFit, catalog: Catalog) -> dict:
 def predict(variant: str, fixture: Fixture, catalog: Catalog, *, seed: int | None = None,
             replay_fit: Callable[[], ReplayFit] | None = None) -> Result:
     """Simulate one variant. `replay_fit` is called only for variants that may use the trace."""
+    check_fixture_dir(fixture.path, fixture.token)  # before the scenario, trace or link bench is read
     v = VARIANTS[check_variants([variant])[0]]
     if v.name == "spec":
         doc = spec_scenario(fixture)

@@ -22,8 +22,7 @@ import pandas as pd
 
 from hops.metrics import summarize, union_length
 from hops.traces import load_trace
-
-GUARDED_SPLITS = {"test"}
+from hops.traces.guard import check_path, check_split, names_held_out_split
 
 
 def fixture_root(arg: str | None) -> Path:
@@ -43,6 +42,8 @@ def megatron_definitions(tl) -> tuple[float, float]:
 
 
 def crosscheck(root: Path, split: str, cache_dir=None) -> pd.DataFrame:
+    check_split(split)
+    check_path(root / split / "cluster_results")  # a split directory symlinked into the held-out split
     rows = []
     for d in sorted((root / split / "cluster_results").glob("*")):
         if not (d / "megatron_trace").is_dir():
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--split", default="train")
     ap.add_argument("--cache-dir", default=None)
     args = ap.parse_args(argv)
-    if args.split in GUARDED_SPLITS:
+    if names_held_out_split(args.split):  # test, test/, ./test, train/../test
         print(f"refusing to read the guarded '{args.split}' split", file=sys.stderr)
         return 2
     t = time.perf_counter()

@@ -168,10 +168,11 @@ def summarize(tl: Timeline) -> dict:
     idle_total = {k: sum(r[k] for r in breakdown) * n_iter_w for k in ("iteration_end_ms", "pipeline_idle_ms")}
     link_busy = {}
     if transfer.any():
+        # Name only the links that carried traffic: a table of every device pair is quadratic.
         ends = np.unique(np.concatenate([w.src[transfer], w.dst[transfer]]))
-        code = np.searchsorted(ends, w.src[transfer]) * len(ends) + np.searchsorted(ends, w.dst[transfer])
-        names = [f"{a}->{b}" for a in ends.tolist() for b in ends.tolist()]
-        link_busy = {names[int(k)]: v for k, v in
+        n_ends = np.int64(len(ends))
+        code = np.searchsorted(ends, w.src[transfer]).astype(np.int64) * n_ends + np.searchsorted(ends, w.dst[transfer])
+        link_busy = {f"{ends[int(k) // n_ends]}->{ends[int(k) % n_ends]}": v for k, v in
                      grouped_union(code, w.start_ms[transfer], w.end_ms[transfer]).items()}
 
     mbs = np.unique(w.microbatch[compute & (w.microbatch >= 0)])

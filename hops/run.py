@@ -93,6 +93,7 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
             raise ScenarioError("scenario_file", "use either +scenario=NAME or scenario_file=PATH, not both")
         from hydra.utils import to_absolute_path
 
+        from .engine import MAX_STAGES
         from .scenario import load_document
 
         path = Path(to_absolute_path(str(cfg.scenario_file)))
@@ -101,6 +102,10 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
         data, _ = load_document(path)
         if not isinstance(data, dict):
             raise ScenarioError("scenario_file", f"{path}: expected a mapping of scenario sections")
+        stages = data["pipeline"].get("stages") if isinstance(data.get("pipeline"), dict) else None
+        if isinstance(stages, list) and len(stages) > MAX_STAGES:  # before OmegaConf copies it (~1 ms per stage)
+            raise ScenarioError("pipeline.stages", f"{len(stages)} stages; the engine runs at most {MAX_STAGES}",
+                                str(path))
         doc = OmegaConf.create(data)
         apply_section_overrides(doc, list(hc.overrides.task), cfg)
         name = path.parent.name if path.name == "hops.base.yaml" else path.stem

@@ -188,7 +188,10 @@ def parse_distribution(data: Any, path: str, source: str | None) -> Distribution
 def load_document(source: Any) -> tuple[dict, str | None]:
     """Accept a path, a dict or an OmegaConf config; return a plain dict and its source name."""
     if isinstance(source, (str, Path)):
+        from .traces.guard import check_path
+
         path = Path(source)
+        check_path(path)  # a held-out fixture's hops.base.yaml (hops.simulate, hops.run) is not read
         if not path.is_file():
             raise ScenarioError("scenario", f"file not found: {path}")
         try:
@@ -319,10 +322,18 @@ def _parse_devices(hw: _Reader, catalog) -> tuple[DeviceSpec, ...]:
     return tuple(devices)
 
 
+def _check_depth(pipe: _Reader, n: int) -> None:
+    from .engine import MAX_STAGES
+
+    if n > MAX_STAGES:
+        pipe.fail(pipe.sub("stages"), f"{n} stages; the engine runs at most {MAX_STAGES} (benchmarks/scale_bench.py)")
+
+
 def _parse_stages(pipe: _Reader, device_ids: set[str], src) -> tuple[Stage, ...]:
     items = pipe.get("stages", list)
     if not items:
         pipe.fail(pipe.sub("stages"), "expected a non-empty list of stages")
+    _check_depth(pipe, len(items))  # before the per-stage parse: a huge list is refused at once
     stages = []
     for i, item in enumerate(items):
         r = _Reader(item, f"{pipe.sub('stages')}[{i}]", src)

@@ -3,7 +3,7 @@
 Everything here runs on a synthetic fixture root, so the guard is checked on
 every machine, with or without real fixtures.
 """
-import json
+import os
 import pickle
 import subprocess
 import sys
@@ -16,56 +16,9 @@ from autoresearch.validate import validate
 from hops.traces import load_trace
 from hops.traces.guard import (REFUSAL, CheckpointToken, SplitGuardError, check_fixture_dir, issue_checkpoint_token)
 
+from fixture_builders import make_fixture
+
 REPO = Path(__file__).resolve().parents[1]
-T0 = 1_700_000_000_000_000_000
-SCENARIO = """
-simulation: {batches: 2, microbatches: 2, seed: 1}
-pipeline:
-  schedule: 1f1b
-  activation_mb: 1.0
-  stages:
-    - {device: gpu_a, weights_mb: 10, compute: {mode: analytical, tflop: 0.01, memory_mb: 10}}
-    - {device: gpu_b, weights_mb: 10, compute: {mode: analytical, tflop: 0.01, memory_mb: 10}}
-hardware:
-  devices: [{id: gpu_a, gpu: a10g, node: n0}, {id: gpu_b, gpu: a10g, node: n1}]
-  interconnect: {same_node: pcie, cross_node: ethernet}
-optimizer: {enabled: false}
-failure: {enabled: false}
-output: {}
-"""
-
-
-def _event(stage, it, mb, phase, start_ms, dur_ms):
-    dev = ("gpu_a", "gpu_b")[stage]
-    return {"stage": stage, "iteration": it, "microbatch": mb, "event_type": "compute", "phase": phase,
-            "start_wall_ns": T0 + int(start_ms * 1e6), "end_wall_ns": T0 + int((start_ms + dur_ms) * 1e6),
-            "device_id": dev}
-
-
-def make_fixture(root: Path, split: str, fid: str) -> Path:
-    """A complete, tiny 2-stage fixture: scenario, stage map, trace, link bench."""
-    d = root / split / "cluster_results" / fid
-    (d / "megatron_trace").mkdir(parents=True)
-    (d / "calibration" / "link_bench").mkdir(parents=True)
-    (d / "hops.base.yaml").write_text(SCENARIO)
-    (d / "hops_trace_map.json").write_text(json.dumps({"stages": {"0": "gpu_a", "1": "gpu_b"}}))
-    ranks = {0: [], 1: []}
-    t = 0.0
-    for it in range(4):
-        for mb in range(2):
-            ranks[0].append(_event(0, it, mb, "FORWARD", t, 1.0))
-            ranks[1].append(_event(1, it, mb, "FORWARD", t + 1.5, 1.0))
-            ranks[1].append(_event(1, it, mb, "BACKWARD", t + 2.5, 2.0))
-            ranks[0].append(_event(0, it, mb, "BACKWARD", t + 5.0, 2.0))
-            t += 8.0
-        for s in (0, 1):
-            ranks[s].append(_event(s, it, 1, "OPTIMIZER", t + 3.0, 1.0))
-        t += 10.0
-    for r, evs in ranks.items():
-        (d / "megatron_trace" / f"rank{r}.jsonl").write_text("\n".join(json.dumps(e) for e in evs) + "\n")
-    (d / "calibration" / "link_bench" / "pair_0_1.jsonl").write_text(
-        json.dumps({"rank": 0, "size_mb": 1, "p50_ms": 0.5}) + "\n")
-    return d
 
 
 @pytest.fixture
@@ -169,3 +122,151 @@ def test_cli_refuses_test_split_with_one_line_and_exit_2(synthetic_root):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "held out" in lines[0] and "Traceback" not in proc.stderr
     assert proc.stdout == ""
+
+
+# ---------------------------------------------------------------- every door, before anything is read
+# An audit hook sees every open(), os.open(), listdir and scandir in the process, whatever
+# library makes it (pathlib, numpy, yaml, hashlib readers): the spy cannot be bypassed by
+# a code path that does not call builtins.open.
+_WATCHED: list[tuple[str, list]] = []
+
+
+def _audit(event, args):
+    if not _WATCHED or event not in ("open", "os.listdir", "os.scandir") or not args:
+        return
+    target = args[0]
+    if target is None or isinstance(target, int):
+        return
+    target = os.fsdecode(target)
+    for full in {os.path.abspath(target), os.path.realpath(target)}:
+        for prefix, hits in _WATCHED:
+            if full == prefix or full.startswith(prefix + os.sep):
+                hits.append((event, full))
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture
+def nothing_under_test_is_read(synthetic_root):
+    """Yields; afterwards asserts that no file or directory under ROOT/test was opened or listed."""
+    hits: list = []
+    entry = (os.path.realpath(synthetic_root / "test"), hits)
+    _WATCHED.append(entry)
+    yield
+    _WATCHED.remove(entry)
+    assert hits == [], f"read under the held-out split: {hits[:3]}"
+
+
+def held(root: Path) -> Path:
+    return root / "test" / "cluster_results" / "held_1"
+
+
+def test_the_spy_sees_reads_under_test(synthetic_root):
+    hits: list = []
+    _WATCHED.append((os.path.realpath(synthetic_root / "test"), hits))
+    try:
+        load_trace(held(synthetic_root), token=token(), use_cache=False)
+    finally:
+        _WATCHED.pop()
+    assert any(e == "open" and f.endswith("rank0.jsonl") for e, f in hits)
+
+
+@pytest.mark.parametrize("split", ["test", "test/", "./test", "train/../test", "test/cluster_results", "TEST",
+                                   "./train/../test/"])
+def test_path_tricks_in_the_split_name_are_refused(synthetic_root, nothing_under_test_is_read, split):
+    with pytest.raises(SplitGuardError):
+        list_fixtures(synthetic_root, split)
+    with pytest.raises(SplitGuardError):
+        validate(split, root=synthetic_root, cache_dir=synthetic_root / "cache")
+
+
+def test_a_split_directory_symlinked_to_test_is_refused(synthetic_root, nothing_under_test_is_read):
+    (synthetic_root / "mirror").symlink_to(synthetic_root / "test")
+    with pytest.raises(SplitGuardError):
+        list_fixtures(synthetic_root, "mirror")
+
+
+def test_a_fixture_symlinked_from_train_into_test_is_refused(synthetic_root, nothing_under_test_is_read):
+    (synthetic_root / "train" / "cluster_results" / "borrowed").symlink_to(held(synthetic_root))
+    with pytest.raises(SplitGuardError, match="borrowed"):
+        list_fixtures(synthetic_root, "train")
+
+
+def test_a_rank_file_symlinked_into_test_is_refused(synthetic_root, nothing_under_test_is_read):
+    rank0 = synthetic_root / "train" / "cluster_results" / "run_a" / "megatron_trace" / "rank0.jsonl"
+    rank0.unlink()
+    rank0.symlink_to(held(synthetic_root) / "megatron_trace" / "rank0.jsonl")
+    with pytest.raises(SplitGuardError, match="rank0.jsonl"):
+        load_trace(rank0.parent.parent, use_cache=False)
+
+
+def _doors():
+    from autoresearch.fixtures import Fixture
+    from autoresearch.variants import predict
+    from hops import load_scenario, simulate
+    from hops.hardware import Catalog
+    from hops.traces import fit_link_bench, link_overrides
+    from hops.traces.link_bench import bench_files
+    from hops.traces.megatron import stage_map, trace_files
+
+    return {
+        "load_trace": lambda d: load_trace(d, use_cache=False),
+        "trace_files (hashing)": trace_files,
+        "stage_map": stage_map,
+        "fit_link_bench": fit_link_bench,
+        "link_overrides": link_overrides,
+        "bench_files": bench_files,
+        "predict(spec)": lambda d: predict("spec", Fixture("x", "train", d), Catalog.load()),
+        "predict(link_calibrated)": lambda d: predict("link_calibrated", Fixture("x", "train", d), Catalog.load()),
+        "Fixture.scenario_doc": lambda d: Fixture("x", "train", d).scenario_doc,
+        "hops.simulate(hops.base.yaml)": lambda d: simulate(d / "hops.base.yaml"),
+        "hops.load_scenario(hops.base.yaml)": lambda d: load_scenario(str(d / "hops.base.yaml")),
+    }
+
+
+def _spellings(root: Path) -> dict:
+    link = root / "scratch_copy"
+    if not link.exists():
+        link.symlink_to(held(root))
+    return {"plain": held(root), "dotdot": root / "train" / ".." / "test" / "cluster_results" / "held_1",
+            "symlink": link, "relative": Path(os.path.relpath(held(root)))}
+
+
+@pytest.mark.parametrize("door", list(_doors()))
+@pytest.mark.parametrize("spelling", ["plain", "dotdot", "symlink", "relative"])
+def test_every_door_refuses_a_held_out_fixture_before_reading_it(synthetic_root, nothing_under_test_is_read,
+                                                                 door, spelling):
+    target = _spellings(synthetic_root)[spelling]
+    with pytest.raises(SplitGuardError) as err:
+        _doors()[door](target)
+    assert "held out" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_fixture_listed_with_the_token_carries_it_through_every_door(synthetic_root, tmp_path):
+    from autoresearch.variants import predict
+    from hops.hardware import Catalog
+
+    (fx,) = list_fixtures(synthetic_root, "test", token=token())
+    assert predict("link_calibrated", fx, Catalog.load()).summary["throughput"]["microbatches_per_s"] > 0
+
+
+def _one_line_refusal(proc):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "held out" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("split", ["./test", "train/../test", "test/"])
+def test_cli_refuses_split_path_tricks_with_one_line(synthetic_root, split):
+    proc = subprocess.run([sys.executable, "-m", "autoresearch", "validate", "--split", split,
+                           "--fixtures", str(synthetic_root)], cwd=REPO, capture_output=True, text=True)
+    _one_line_refusal(proc)
+
+
+def test_run_app_refuses_a_held_out_scenario_file_with_one_line(synthetic_root, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hops.run", f"scenario_file={held(synthetic_root) / 'hops.base.yaml'}",
+                           "output.plots=false", f"hydra.run.dir={tmp_path / 'out'}"],
+                          cwd=REPO, capture_output=True, text=True)
+    _one_line_refusal(proc)
+    assert not (tmp_path / "out" / "summary.json").exists()

@@ -190,6 +190,113 @@ def test_no_trace_files_is_an_error(tmp_path):
         load(root, tmp_path)
 
 
+# ---------------------------------------------------------------- importer: nothing lost, nothing silent
+
+
+def _rewrite(root: Path, rank: int, fn) -> Path:
+    path = root / "megatron_trace" / f"rank{rank}.jsonl"
+    path.write_bytes(fn(path.read_bytes()))
+    return path
+
+
+@pytest.mark.parametrize("prefix", ["[default0]:", "[default1]: ", "[rank0]:", "[default0]:[rank0]:", "  [trainer12]:"])
+def test_launcher_prefixed_events_are_parsed_not_skipped(tmp_path, prefix):
+    ranks = two_stage_trace()
+    clean = load(write_fixture(tmp_path / "clean", ranks), tmp_path)
+    root = write_fixture(tmp_path / "tee", ranks)
+    for r in ranks:  # torchrun --tee: every line of the worker's stdout gets the prefix, banners too
+        _rewrite(root, r, lambda b: b"".join(prefix.encode() + ln for ln in [b"NCCL INFO Bootstrap\n",
+                                                                            *b.splitlines(keepends=True)]))
+    tee = load(root, tmp_path)
+    assert len(tee) == len(clean) == sum(len(v) for v in ranks.values())
+    assert np.array_equal(tee.start_ms, clean.start_ms) and np.array_equal(tee.phase, clean.phase)
+
+
+def test_an_event_behind_an_unknown_prefix_is_an_error(tmp_path):
+    root = write_fixture(tmp_path / "f", two_stage_trace())
+    _rewrite(root, 1, lambda b: b.replace(b"{", b"2026-01-01 12:00:00 INFO {", 1))
+    with pytest.raises(TraceError, match=r"rank1\.jsonl:1: an event behind an unrecognised prefix"):
+        load(root, tmp_path)
+
+
+def test_a_missing_rank_file_is_an_error_naming_it(tmp_path):
+    ranks = two_stage_trace()
+    ranks[2] = [dict(e, rank=2) for e in ranks[1]]  # ranks 0, 1, 2 ...
+    root = write_fixture(tmp_path / "f", ranks)
+    (root / "megatron_trace" / "rank1.jsonl").unlink()  # ... and rank1 lost
+    with pytest.raises(TraceError, match=r"rank1\.jsonl: file missing \(ranks found: 0, 2\)"):
+        load(root, tmp_path)
+
+
+def test_an_unreadable_rank_file_is_an_error_naming_it(tmp_path):
+    root = write_fixture(tmp_path / "f", two_stage_trace())
+    path = root / "megatron_trace" / "rank1.jsonl"
+    path.unlink()
+    path.symlink_to(tmp_path / "gone.jsonl")  # dangling: listed by glob, cannot be opened
+    with pytest.raises(TraceError, match=r"rank1\.jsonl: cannot read"):
+        load(root, tmp_path)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", r"rank1\.jsonl: empty file"),
+    (b"NCCL INFO Bootstrap\n\n[default1]:NCCL WARN retry\n", r"rank1\.jsonl: no trace events \(only log noise\)"),
+])
+def test_an_empty_rank_file_is_an_error_naming_it(tmp_path, content, words):
+    root = write_fixture(tmp_path / "f", two_stage_trace())
+    _rewrite(root, 1, lambda b: content)
+    with pytest.raises(TraceError, match=words):
+        load(root, tmp_path)
+
+
+def test_a_rank_file_cut_mid_line_is_an_error_naming_it(tmp_path):
+    root = write_fixture(tmp_path / "f", two_stage_trace())
+    path = _rewrite(root, 1, lambda b: b[:-40])  # killed while writing the last event
+    n = len(path.read_bytes().splitlines())
+    with pytest.raises(TraceError, match=rf"rank1\.jsonl:{n}: truncated last line"):
+        load(root, tmp_path)
+
+
+def test_a_rank_file_cut_at_a_line_boundary_is_an_error_naming_it(tmp_path):
+    root = write_fixture(tmp_path / "f", two_stage_trace())
+    _rewrite(root, 1, lambda b: b"".join(b.splitlines(keepends=True)[:-3]))  # parses cleanly, lost events
+    with pytest.raises(TraceError, match=r"rank1\.jsonl: stage 1 has no backward of microbatch 1 in iteration 6"):
+        load(root, tmp_path)
+
+
+def test_a_stage_with_no_events_is_an_error(tmp_path):
+    ranks = two_stage_trace()
+    ranks[1] = [e for e in ranks[1] if e["event_type"] == "transfer"]  # stage 1 logged sends only
+    with pytest.raises(TraceError, match=r"stage 1 \(gpu_b\) has no compute events"):
+        load(write_fixture(tmp_path / "f", ranks), tmp_path)
+
+
+@pytest.mark.parametrize("garbage, words", [
+    (b"\x00\x00\x00\x00PK\x03\x04", r"rank0\.jsonl:3: binary data \(NUL byte\)"),
+    (b"\xff\xfe{\"stage\": 0}", r"rank0\.jsonl:3: not UTF-8 \(byte 0xff at column 1\)"),
+])
+def test_a_binary_rank_file_is_an_error_naming_file_and_line(tmp_path, garbage, words):
+    root = write_fixture(tmp_path / "f", two_stage_trace())
+    _rewrite(root, 0, lambda b: b"".join(b.splitlines(keepends=True)[:2]) + garbage + b"\n" + b)
+    with pytest.raises(TraceError, match=words):
+        load(root, tmp_path)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_non_finite_numbers_in_a_trace_are_errors(tmp_path, literal):
+    root = write_fixture(tmp_path / "f", two_stage_trace())
+    _rewrite(root, 1, lambda b: b.replace(b'"duration_ms": 1.0', f'"duration_ms": {literal}'.encode(), 1))
+    with pytest.raises(TraceError, match=r"rank1\.jsonl:\d+: .*(not a number|finite)"):
+        load(root, tmp_path)
+
+
+def test_a_utf8_byte_order_mark_is_not_data_loss(tmp_path):
+    ranks = two_stage_trace()
+    clean = load(write_fixture(tmp_path / "clean", ranks), tmp_path)
+    root = write_fixture(tmp_path / "bom", ranks)
+    _rewrite(root, 0, lambda b: b"\xef\xbb\xbf" + b)
+    assert len(load(root, tmp_path)) == len(clean)
+
+
 # ---------------------------------------------------------------- link bench, synthetic
 
 
@@ -254,6 +361,39 @@ def test_malformed_link_bench_names_file_and_line(tmp_path, bad, words):
     path.write_text(path.read_text() + bad + "\n")
     with pytest.raises(TraceError, match=rf"pair_0_1\.jsonl:6: .*{words}"):
         fit_link_bench(root)
+
+
+@pytest.mark.parametrize("bad, words", [
+    ('{"rank": 0, "size_mb": 8, "p50_ms": Infinity}', "not a number"),
+    ('{"rank": 0, "size_mb": 8, "p50_ms": NaN}', "not a number"),
+    ('{"rank": 0, "size_mb": 8, "p50_ms": 1e999}', "expected a finite number"),
+    ('{"rank": 1, "size_mb": 8, "p50_ms": -Infinity}', "not a number"),  # receiver rows are checked too
+    ('{"rank": 1, "size_mb": 8, "p50_ms": 2.0, "p99_ms": -3.0}', "field 'p99_ms' is -3.0, expected a finite number >= 0"),
+    ('{"rank": 0, "size_mb": -8, "p50_ms": 2.0}', "expected a finite number >= 0"),
+    ('{"rank": -1, "size_mb": 8, "p50_ms": 2.0}', "field 'rank' is -1, expected an integer >= 0"),
+    ('{"rank": 0, "size_mb": 1, "p50_ms": 0.3}', "size_mb=1 of rank 0 already on line 2"),
+    ('2026-01-01 {"rank": 0, "size_mb": 8, "p50_ms": 2.0}', "an event behind an unrecognised prefix"),
+])
+def test_link_bench_values_that_are_not_measurements_are_errors(tmp_path, bad, words):
+    root = write_bench(tmp_path, {(0, 1): bench_rows([1, 2], 0.1, 5.0)})
+    path = root / "calibration" / "link_bench" / "pair_0_1.jsonl"
+    path.write_text(path.read_text() + bad + "\n")
+    with pytest.raises(TraceError) as err:
+        fit_link_bench(root)
+    assert "pair_0_1.jsonl:6: " in str(err.value) and words in str(err.value)
+
+
+def test_link_bench_with_launcher_prefix_is_parsed(tmp_path):
+    plain = fit_link_bench(write_bench(tmp_path / "a", {(0, 1): bench_rows([1, 4, 16], 0.1, 5.0)}))
+    root = write_bench(tmp_path / "b", {(0, 1): bench_rows([1, 4, 16], 0.1, 5.0)})
+    path = root / "calibration" / "link_bench" / "pair_0_1.jsonl"
+    path.write_text("".join(f"[default0]:{ln}\n" for ln in path.read_text().splitlines()))
+    assert fit_link_bench(root) == plain
+
+
+def test_no_link_bench_is_no_fit_and_no_error(tmp_path):
+    (tmp_path / "hops_trace_map.json").write_text(json.dumps({"stages": {"0": "d0", "1": "d1"}}))
+    assert fit_link_bench(tmp_path) == [] and link_overrides(tmp_path) == {"links": []}
 
 
 # ---------------------------------------------------------------- real fixtures

@@ -115,10 +115,10 @@ def run_bound(result, catalog=None) -> dict:
             xb[j] = float(dur[bk].min()) if bk.any() else 0.0
         lb, stage = stage_bound(f, b, w, bw, m, xf, xb, sync)
         opt = (tl.kind == "optimizer") & (tl.iteration == it)
-        # the host overhead sits before the optimizer step: the window holds it only when a step
-        # (or a next iteration) follows it
-        inside = opt.any() or it < int(its.max())
-        lb += (host[it] if it < len(host) and inside else 0.0) + (float(dur[opt].max()) if opt.any() else 0.0)
+        # the host overhead sits before the optimizer: it is inside the window unless it closes
+        # the last iteration with no step after it
+        in_window = it < len(host) and (opt.any() or it != its[-1])
+        lb += (host[it] if in_window else 0.0) + (float(dur[opt].max()) if opt.any() else 0.0)
         per_iter.append(lb)
         total += lb
     return {"lower_bound_ms": total, "per_iteration_ms": per_iter, "bottleneck_stage": stage, "sync_ms": sync,

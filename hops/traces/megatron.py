@@ -2,15 +2,20 @@
 
 Ground truth that silently lost a line would bias every score computed against
 it, so anything that looks like an event but cannot be read raises TraceError
-naming FILE:LINE. Lines that do not start with `{` are log noise (NCCL banners,
-warnings) interleaved by the launcher and are skipped. Warm-up iterations are
+naming FILE:LINE, and so does a rank file that is missing, empty, binary or cut
+short. A launcher prefix (torchrun ``--tee``: ``[default0]:{...}``) is stripped
+before a line is judged. Lines that then do not start with `{` are log noise
+(NCCL banners, warnings) and are skipped, unless they carry an event key, which
+means an event hides behind a prefix we do not know. Warm-up iterations are
 kept: dropping them is a metrics rule (hops.metrics), not an import decision.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,10 +23,10 @@ import numpy as np
 
 from ..errors import TraceError
 from ..timeline import EVENTS_CSV_HEADER, Timeline
-from .guard import check_fixture_dir
+from .guard import check_fixture_dir, check_path
 
 # Bump when the mapping below changes so stale caches are never served.
-IMPORTER_VERSION = "1"
+IMPORTER_VERSION = "2"
 
 # Split-backward traces (zero-bubble style) may report input- and weight-gradient
 # work separately; a fused BACKWARD stays "BW" so it is not mistaken for either.
@@ -40,23 +45,111 @@ REQUIRED = {
 TRANSFER_REQUIRED = {"src_device": str, "dst_device": str}
 
 
-def trace_files(fixture_dir: str | Path) -> list[Path]:
-    """rank*.jsonl in rank order (numeric, so rank10 follows rank9)."""
+# torchrun --tee / --redirects: "[default0]:", "[rank3]:", possibly stacked ("[default0]:[rank0]:").
+LAUNCHER_PREFIX = re.compile(r"^\s*(?:\[[A-Za-z_][\w.-]*?\d+\]:\s*)+")
+EVENT_KEYS = ('"start_wall_ns"', '"event_type"')
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number")
+
+
+def _finite_float(text: str) -> float:
+    val = float(text)
+    if not math.isfinite(val):
+        raise ValueError(f"{text} overflows to {val}, expected a finite number")
+    return val
+
+
+# One decoder for every line (building one per json.loads call was a third of the parse time).
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+def strict_json(text: str, where: str, what: str):
+    """JSON without NaN/Infinity (not JSON at all) and without overflow to inf (``1e400``)."""
+    try:
+        return _STRICT.decode(text)
+    except ValueError as exc:
+        detail = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise TraceError(f"{where}: invalid JSON ({detail}), expected {what}") from None
+
+
+def json_lines(path: Path, what: str, event_keys=EVENT_KEYS):
+    """(line number, object) for every JSON line of a text log, strictly.
+
+    A missing or unreadable file, bytes that are not UTF-8 (a binary or corrupt
+    file), an empty file and a cut-off last line are errors naming the file; so is
+    a noise line that carries an event key (data behind an unknown prefix).
+    """
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc}), expected a readable {what} file") from None
+    with fh:
+        n_lines = 0
+        for lineno, raw in enumerate(fh, 1):
+            n_lines = lineno
+            where = f"{path}:{lineno}"
+            if b"\0" in raw:
+                raise TraceError(f"{where}: binary data (NUL byte), expected UTF-8 text with one JSON object per line")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}), "
+                                 f"expected UTF-8 text with one JSON object per line") from None
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")
+            text = line.strip()
+            if text.startswith("["):
+                text = LAUNCHER_PREFIX.sub("", text, count=1).strip()
+            if not text.startswith("{"):
+                if any(key in text for key in event_keys):
+                    raise TraceError(f"{where}: an event behind an unrecognised prefix ({text[:40]!r}...), "
+                                     f"expected the JSON object at the start of the line or after a "
+                                     f"launcher prefix like [default0]:")
+                continue
+            if not raw.endswith(b"\n"):
+                try:
+                    json.loads(text)
+                except ValueError:
+                    raise TraceError(f"{where}: truncated last line (no newline at end of file and the JSON "
+                                     f"object is incomplete), expected complete {what} lines") from None
+            yield lineno, strict_json(text, where, what)
+        if n_lines == 0:
+            raise TraceError(f"{path}: empty file, expected {what} lines")
+
+
+def trace_files(fixture_dir: str | Path, token: object = None) -> list[Path]:
+    """rank*.jsonl in rank order (numeric, so rank10 follows rank9); ranks must be 0..n-1.
+
+    A gap in the rank numbers means a rank's file is missing, and its events with it.
+    """
+    check_fixture_dir(fixture_dir, token)
     tdir = Path(fixture_dir) / "megatron_trace"
     files = list(tdir.glob("rank*.jsonl"))
     if not files:
         raise TraceError(f"{tdir}: no rank*.jsonl trace files found, expected megatron_trace/rank<N>.jsonl")
+    ranks = {}
+    for p in files:
+        check_path(p, token)  # a file symlinked into the held-out split
+        digits = p.name[4:-len(".jsonl")]
+        if not digits.isdigit():
+            raise TraceError(f"{p}: unexpected trace file name, expected rank<N>.jsonl with a rank number")
+        if int(digits) in ranks:
+            raise TraceError(f"{p}: rank {int(digits)} also in {ranks[int(digits)].name}, expected one file per rank")
+        ranks[int(digits)] = p
+    missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+    if missing:
+        raise TraceError(f"{tdir / f'rank{missing[0]}.jsonl'}: file missing (ranks found: "
+                         f"{', '.join(map(str, sorted(ranks)))}), expected rank0..rank{max(ranks)}.jsonl")
+    return [ranks[r] for r in sorted(ranks)]
 
-    def rank_of(p: Path):
-        digits = p.stem[4:]
-        return (int(digits) if digits.isdigit() else 1 << 30, p.name)
 
-    return sorted(files, key=rank_of)
-
-
-def stage_map(fixture_dir: str | Path) -> tuple[str, ...]:
+def stage_map(fixture_dir: str | Path, token: object = None) -> tuple[str, ...]:
     """Stage -> device from hops_trace_map.json; stages must be 0..n-1 with no gaps."""
+    check_fixture_dir(fixture_dir, token)
     path = Path(fixture_dir) / "hops_trace_map.json"
+    check_path(path, token)
     try:
         stages = json.loads(path.read_text())["stages"]
         ids = sorted(int(k) for k in stages)
@@ -104,21 +197,45 @@ def _check(rec, path: Path, lineno: int, devices: tuple[str, ...]):
 def _read_events(files: list[Path], devices: tuple[str, ...]) -> list[dict]:
     events = []
     for path in files:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for lineno, line in enumerate(fh, 1):
-                text = line.strip()
-                if not text.startswith("{"):
-                    continue
-                try:
-                    rec = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise TraceError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno}), "
-                                     f"expected one JSON event object per line") from None
-                _check(rec, path, lineno, devices)
-                events.append(rec)
-    if not events:
-        raise TraceError(f"{files[0].parent}: no trace events found, expected JSON event lines in rank*.jsonl")
+        before = len(events)
+        for lineno, rec in json_lines(path, "JSON trace event"):
+            _check(rec, path, lineno, devices)
+            rec["_file"] = path
+            events.append(rec)
+        if len(events) == before:
+            raise TraceError(f"{path}: no trace events (only log noise), expected JSON event lines")
+    _check_complete(events, devices)
     return events
+
+
+def _check_complete(events: list[dict], devices: tuple[str, ...]) -> None:
+    """Every stage ran the forward and the backward of every microbatch of every iteration.
+
+    A rank file cut short at a line boundary parses cleanly; this is where it shows,
+    as microbatches (or whole iterations) missing from the stages that file logged.
+    """
+    m = 1 + max((e["microbatch"] for e in events if e["phase"] != "OPTIMIZER"), default=0)
+    iterations = sorted({e["iteration"] for e in events})
+    seen: dict[tuple, set] = {}
+    files: dict[int, set] = {}
+    for e in events:
+        if e["event_type"] == "compute" and e["phase"] != "OPTIMIZER":
+            key = (e["stage"], e["iteration"], "F" if e["phase"] == "FORWARD" else "B")
+            seen.setdefault(key, set()).add(e["microbatch"])
+            files.setdefault(e["stage"], set()).add(e["_file"].name)
+    for s, dev in enumerate(devices):
+        if s not in files:
+            raise TraceError(f"{events[0]['_file'].parent}: stage {s} ({dev}) has no compute events in any rank "
+                             f"file, expected every stage of hops_trace_map.json to be traced (rank file missing?)")
+        where = ", ".join(sorted(files[s]))
+        for it in iterations:
+            for ph, name in (("F", "forward"), ("B", "backward")):
+                got = seen.get((s, it, ph), set())
+                if len(got) != m:
+                    lost = sorted(set(range(m)) - got)
+                    raise TraceError(f"{where}: stage {s} has no {name} of microbatch {lost[0]} in iteration {it} "
+                                     f"({len(got)} of {m}), expected every microbatch of every iteration "
+                                     f"(file truncated?)")
 
 
 def _to_timeline(events: list[dict], devices: tuple[str, ...], source: str) -> Timeline:
@@ -197,8 +314,8 @@ def load_trace(fixture_dir: str | Path, cache_dir: str | Path | None = None, *, 
     """
     check_fixture_dir(fixture_dir, token)
     fixture_dir = Path(fixture_dir)
-    devices = stage_map(fixture_dir)
-    files = trace_files(fixture_dir)
+    devices = stage_map(fixture_dir, token)
+    files = trace_files(fixture_dir, token)
     cache_path = None
     if use_cache:
         key = _cache_key(files, fixture_dir)

@@ -1,0 +1,92 @@
+"""Regenerate the figures README.md shows, from real runs, so they cannot go stale.
+
+    python docs/make_readme_assets.py            # rewrite README.md's generated blocks + docs/img/
+    python docs/make_readme_assets.py --check    # exit 1 if README.md or the images are out of date
+
+Each generated block in README.md sits between ``<!-- generated: NAME -->`` and
+``<!-- end generated -->``; nothing outside those markers is touched. Blocks:
+
+- ``sample-run``: what ``python -m hops.run`` prints for the default scenario (the output
+  directory is shown as Hydra's default pattern, not this machine's timestamp);
+- ``calibration``: the train-split aggregates of the committed golden file
+  (autoresearch/golden/train.json), which `admit` rewrites, so the README quotes exactly
+  what the gate holds the model to.
+
+The timeline image is rendered from the same default run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+IMAGE = REPO / "docs" / "img" / "hetero_pp4_timeline.png"
+GOLDEN = REPO / "autoresearch" / "golden" / "train.json"
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+
+
+def sample_run(tmp: Path) -> tuple[str, Path]:
+    """The default run's printed summary, with its run directory shown as Hydra's pattern."""
+    run_dir = tmp / "run"
+    proc = subprocess.run([sys.executable, "-m", "hops.run", f"hydra.run.dir={run_dir}"], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    text = proc.stdout.replace(str(run_dir), "outputs/<date>/<time>")
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    keep = []
+    for ln in lines:  # the summary, then the first output path and an ellipsis
+        keep.append(ln)
+        if ln.startswith("  outputs/"):
+            keep.append("  ...")
+            break
+    return "```\n$ python -m hops.run\n" + "\n".join(keep) + "\n```\n", run_dir / "timeline.png"
+
+
+def calibration() -> str:
+    golden = json.loads(GOLDEN.read_text())
+    adm = golden["admitted"]
+    rows = ["| variant | MAPE of throughput | bubble MAE | mean rho (stage utilization) |", "|---|---|---|---|"]
+    for variant in ("link_calibrated", "spec"):
+        a = golden["aggregates"][variant]
+        rows.append(f"| `{variant}` | {a['mape']:.2f} % | {a['bubble_mae_pp']:.2f} pp | {a['rho_mean']:.2f} |")
+    head = (f"Train split ({golden['aggregates']['spec']['n']} fixtures), as held by the golden file "
+            f"(iteration {adm['iteration']}, {adm['date'][:10]}):\n\n")
+    return head + "\n".join(rows) + "\n"
+
+
+def render(tmp: Path) -> tuple[str, bytes]:
+    text = README.read_text()
+    sample, png = sample_run(tmp)
+    blocks = {"sample-run": sample, "calibration": calibration()}
+    missing = set(blocks) - {m.group("name") for m in BLOCK.finditer(text)}
+    if missing:
+        raise SystemExit(f"README.md: no generated block named {', '.join(sorted(missing))}")
+    out = BLOCK.sub(lambda m: m.group(1) + blocks.get(m.group("name"), m.group("body")) + m.group(4), text)
+    return out, png.read_bytes()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only report whether README.md is up to date")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        text, image = render(Path(tmp))
+    if args.check:
+        stale = [p.name for p, new in ((README, text.encode()), (IMAGE, image))
+                 if not p.exists() or p.read_bytes() != new]
+        print("up to date" if not stale else "stale: " + ", ".join(stale))
+        return 1 if stale else 0
+    README.write_text(text)
+    IMAGE.parent.mkdir(parents=True, exist_ok=True)
+    IMAGE.write_bytes(image)
+    print(f"wrote {README.relative_to(REPO)} and {IMAGE.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
