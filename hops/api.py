@@ -143,7 +143,8 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
             else:
                 act = msg_mb
         opt = st.weights_mb * m["optimizer_bytes_per_weight_byte"] if sc.optimizer_enabled else 0.0
-        peak[st.device] = peak.get(st.device, 0.0) + st.weights_mb + opt + peak_in_flight[i] * act
+        held = peak_in_flight[i] * act / sc.virtual_stages  # in chunk-microbatches: 1/v of the stage each
+        peak[st.device] = peak.get(st.device, 0.0) + st.weights_mb + opt + held
     capacity = {d: topo.devices[d].memory_gb * 1000.0 for d in peak}
     order = sorted(peak, key=outputs.natural_key)
     return {"peak_memory_mb": {d: peak[d] for d in order}, "memory_capacity_mb": {d: capacity[d] for d in order},

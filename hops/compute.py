@@ -6,8 +6,9 @@ where L (transformer layers on the stage) is estimated from the stage's FLOPs. B
 scales the compute and memory terms by ``backward_factor`` but not the dispatch floor: the
 number of kernel launches per layer does not double in the backward pass. The last stage
 also runs the LM head (2*s*h*V FLOPs plus reading the h*V weights, added on top of the
-roofline as the seed did); the first stage pays the embedding overhead. All constants
-come from ``presets/model.yaml`` via the Catalog.
+roofline as the seed did); the first stage pays the embedding overhead. A split backward
+shares the fused floor between B and W by the kernels each launches (split_floors). All
+constants come from ``presets/model.yaml`` via the Catalog.
 """
 from __future__ import annotations
 
@@ -39,6 +40,29 @@ def stage_layers(scenario: Scenario, stage, model) -> float:
     return stage.compute.tflop * 1e12 / (per_layer * scenario.micro_batch_size)
 
 
+# Share of a transformer layer's backward kernel launches that are weight-gradient GEMMs.
+# A GPT layer has four linear layers (QKV, attention projection, MLP up, MLP down); its
+# backward launches, per layer, 4 input-gradient GEMMs, 4 weight-gradient GEMMs, 4 batched
+# matmul gradients of the attention core (QK^T and attention x V, two inputs each), and about
+# 8 element-wise kernels (softmax, dropout x 3, GeLU, two layer norms, residual adds): 4 of
+# ~20 launches, 0.2, are W's. Read from the model presets when they carry it.
+W_KERNEL_SHARE = 0.2
+
+
+def split_floors(floor: float, model) -> tuple[float, float]:
+    """Dispatch floors of B and W when backward is split, from the fused backward's floor.
+
+    Each pass pays the floor of the kernels it launches: W the weight-gradient GEMMs (share
+    ``backward_w_kernel_share``), B the rest, so at ``backward_split_floor_factor`` = 1 (the
+    default) B and W together pay the fused floor once. The factor scales both: 2 charges the
+    split twice the fused floor (the seed's choice was the full floor on each of B and W).
+    The split's own extra invocation is charged separately, as W's launch overhead.
+    """
+    share = float(model.get("backward_w_kernel_share", W_KERNEL_SHARE))
+    factor = model["backward_split_floor_factor"]
+    return floor * (1.0 - share) * factor, floor * share * factor
+
+
 class ComputeModel:
     """Resolves every stage to expected F/B/W/BW times and draws jittered samples from them."""
 
@@ -48,20 +72,23 @@ class ComputeModel:
         self.devices = [topology.devices[s.device] for s in scenario.stages]
         self.expected = [self._expected(i) for i in range(scenario.n_stages)]
 
-    def _expected(self, i: int) -> StageTimes:
+    def _expected(self, i: int, share: float = 1.0, first: bool | None = None, last: bool | None = None) -> StageTimes:
+        """Stage i's times; for one of its model chunks, ``share`` of its layers, and the
+        embedding / LM head only where the chunk is first / last in the pipeline."""
         s, st, dev, m = self.scenario, self.scenario.stages[i], self.devices[i], self.model
-        layers = stage_layers(s, st, m)
+        layers = stage_layers(s, st, m) * share
         if st.compute.mode == "distribution":
             c = st.compute
             f = c.forward.mean_ms
             bw = c.backward.mean_ms if c.backward else c.backward_b.mean_ms + c.backward_w.mean_ms
             b = c.backward_b.mean_ms if c.backward_b else bw * s.activation_grad_fraction
             w = c.backward_w.mean_ms if c.backward_w else bw - b
-            return StageTimes(f * dev.slowdown, b * dev.slowdown, w * dev.slowdown, bw * dev.slowdown, layers)
+            sd = dev.slowdown * share
+            return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 
         peak = dev.peak_tflops
-        t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"]
-        t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps
+        t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share
+        t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps * share
         # Unfused attention materializes each head's s x s scores in HBM: forward writes them,
         # softmax reads and rewrites them, the value product reads them again; the backward
         # walks them more times. At long sequences this traffic, not the FLOPs, sets the time.
@@ -70,7 +97,8 @@ class ComputeModel:
             scores = layers * s.hidden_dim / m["attention_head_dim"] * s.seq_len ** 2 * s.micro_batch_size
         t_attn_f = scores * m["attention_bytes_forward"] / 1e6 / dev.memory_bandwidth_gbps
         t_attn_b = scores * m["attention_bytes_backward"] / 1e6 / dev.memory_bandwidth_gbps
-        last, first = i == s.n_stages - 1, i == 0
+        last = i == s.n_stages - 1 if last is None else last
+        first = i == 0 if first is None else first
         lm = lm_logits_f = lm_logits_b = 0.0  # LM head on the last stage (seed iteration 4, + logits)
         if last and m["lm_head"] and s.hidden_dim and s.seq_len:
             vocab = s.vocab_size or m["vocab_size"]
@@ -89,12 +117,12 @@ class ComputeModel:
         embed = m["embedding_overhead_ms"] if first and s.hidden_dim and s.seq_len else 0.0
         k = s.backward_factor
         a = s.activation_grad_fraction
-        split_floor = floor * m["backward_split_floor_factor"]
+        floor_b, floor_w = split_floors(floor, m)
         f = max(t_c, t_m + t_attn_f, floor) + launch + embed + lm + lm_logits_f
         bw = max(k * t_c, k * t_m + t_attn_b, floor) + launch + k * lm + lm_logits_b
         # the score gradients are part of the input gradient (B); W only forms weight gradients
-        b = max(a * k * t_c, a * k * t_m + t_attn_b, split_floor) + launch + a * k * lm + lm_logits_b
-        w = max((1 - a) * k * t_c, (1 - a) * k * t_m, split_floor) + launch + (1 - a) * k * lm
+        b = max(a * k * t_c, a * k * t_m + t_attn_b, floor_b) + launch + a * k * lm + lm_logits_b
+        w = max((1 - a) * k * t_c, (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm
         sd = dev.slowdown
         return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 
@@ -123,6 +151,45 @@ class ComputeModel:
                     f, b, w, bw = (x * lognormal_unit(rng, cv, n) for x in (f, b, w, bw))
             out.append({"F": f, "B": b, "W": w, "BW": bw})
         return out
+
+
+def chunk_times(compute: ComputeModel, placement) -> list[StageTimes]:
+    """Expected times per virtual stage: placement[k] = (stage, chunk) of virtual stage k.
+
+    Each chunk carries 1/v of its stage's layers (v = chunks per stage); the embedding runs on
+    virtual stage 0 and the LM head on the last, wherever the schedule placed them.
+    """
+    n = len(placement)
+    if n == compute.scenario.n_stages:
+        return list(compute.expected)
+    v = n // compute.scenario.n_stages
+    return [compute._expected(i, 1.0 / v, k == 0, k == n - 1) for k, (i, _) in enumerate(placement)]
+
+
+def sample_chunks(compute: ComputeModel, placement, times, rng: np.random.Generator, n: int):
+    """n draws per virtual stage and phase (sample() when every stage is one chunk)."""
+    if len(placement) == compute.scenario.n_stages:
+        return compute.sample(rng, n)
+    jitter, v = compute.scenario.compute_jitter, len(placement) // compute.scenario.n_stages
+    out = []
+    for (i, _), e in zip(placement, times):
+        c = compute.scenario.stages[i].compute
+        if c.mode == "distribution":  # the stage's measured times, one v-th per chunk
+            sd = compute.devices[i].slowdown / v
+            f = draw(c.forward, rng, n) * sd
+            if c.backward is not None:
+                bw = draw(c.backward, rng, n) * sd
+                b = bw * (e.b / e.bw)
+                w = bw - b
+            else:
+                b, w = draw(c.backward_b, rng, n) * sd, draw(c.backward_w, rng, n) * sd
+                bw = b + w
+        else:
+            f, b, w, bw = (np.full(n, x) for x in (e.f, e.b, e.w, e.bw))
+            if jitter > 0:
+                f, b, w, bw = (x * lognormal_unit(rng, jitter, n) for x in (f, b, w, bw))
+        out.append({"F": f, "B": b, "W": w, "BW": bw})
+    return out
 
 
 def lognormal_unit(rng: np.random.Generator, cv: float, n: int) -> np.ndarray:

@@ -33,7 +33,7 @@ from itertools import chain
 import numpy as np
 
 from .collectives import data_parallel_allreduce_ms, tied_embedding_sync_ms
-from .compute import ComputeModel, draw, lognormal_unit
+from .compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chunks
 from .engine_core import _B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration
 from .errors import HopsError, ScenarioError
 from .hardware import Catalog, Topology
@@ -63,7 +63,7 @@ class EngineResult:
 
 def check_size(scenario) -> None:
     """Refuse a run above the ceiling up front, naming the field and the bound."""
-    p, m, iters = scenario.n_stages, scenario.microbatches, scenario.batches
+    p, m, iters = scenario.n_stages * scenario.virtual_stages, scenario.microbatches, scenario.batches
     if p > MAX_STAGES:
         raise EngineSizeError("pipeline.stages", f"{p} stages; the engine runs at most {MAX_STAGES}")
     tasks = 3 * p * m * iters
@@ -92,11 +92,17 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     """Simulate every iteration of the scenario; the steps live in hops.engine_core."""
     seed = scenario.seed if seed is None else int(seed)
     check_size(scenario)
+    sched_cls = resolve_scheduler(scenario.schedule)
+    try:  # virtual stages: the schedule says where each model chunk runs
+        placement = sched_cls.placement(scenario.n_stages, scenario.virtual_stages)
+    except ValueError as exc:
+        raise ScenarioError("pipeline.virtual_stages", str(exc)) from None
     topo = topology or Topology(scenario, catalog)
     compute = ComputeModel(scenario, topo, catalog)
     rngs = rng_streams(seed)
-    p, m, iters = scenario.n_stages, scenario.microbatches, scenario.batches
-    stage_dev = [st.device for st in scenario.stages]
+    p, m, iters = len(placement), scenario.microbatches, scenario.batches  # p counts virtual stages
+    phys = [i for i, _ in placement]
+    stage_dev = [scenario.stages[i].device for i in phys]
     dev_ids = list(dict.fromkeys(stage_dev))  # in order of first use
     dev_index = {d: k for k, d in enumerate(dev_ids)}
     sdev = [dev_index[d] for d in stage_dev]
@@ -122,20 +128,20 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     fwd_link = [link_id(s, s + 1) if s < p - 1 else None for s in range(p)]
     bwd_link = [link_id(s, s - 1) if s > 0 else None for s in range(p)]
 
-    exp = compute.expected
+    exp = chunk_times(compute, placement)
     meta = PipelineMeta(
         n_stages=p, n_microbatches=m, f=[e.f for e in exp], b=[e.b for e in exp], w=[e.w for e in exp],
         bw=[e.bw for e in exp], devices=stage_dev,
         transfer_ms=[links[fwd_link[s]].transfer_ms(msg_mb) if fwd_link[s] is not None else 0.0 for s in range(p)],
-        options=dict(scenario.scheduler_options))
-    sched = resolve_scheduler(scenario.schedule)(**scenario.scheduler_options)
+        options=dict(scenario.scheduler_options), stage_of=phys, virtual_stages=scenario.virtual_stages)
+    sched = sched_cls(**scenario.scheduler_options)
     sched.configure(meta)
     smode = split_modes(sched.split_backward, p, sched.name)
     split = bool(smode[0]) if len(set(smode)) == 1 and smode[0] != SPLIT_EITHER else \
         ["either" if v == SPLIT_EITHER else bool(v) for v in smode]
 
     n_total = iters * m
-    samples = compute.sample(rngs["compute"], n_total)
+    samples = sample_chunks(compute, placement, exp, rngs["compute"], n_total)
     stragglers = {}
     if scenario.failure is not None:  # per-device slowdowns (fixed or drawn) stretch that device's compute
         from .failures import straggler_factors
@@ -149,7 +155,8 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         n_stages=p, n_microbatches=m, sdev=sdev, stages_on_dev=stages_on_dev, fwd_link=fwd_link,
         bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
         bwd_codes=[({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode],
-        either=[v == SPLIT_EITHER for v in smode], tasks_per_stage=[m * (3 if v else 2) for v in smode])
+        either=[v == SPLIT_EITHER for v in smode], tasks_per_stage=[m * (3 if v else 2) for v in smode],
+        phys=phys)
     uses = Counter(k for k in chain(fwd_link, bwd_link) if k is not None)
     links_state = Links([lp.transfer_ms(msg_mb) for lp in links],
                         [lognormal_unit(rngs["comm"], lp.jitter, uses[k] * n_total).tolist() if lp.jitter > 0
@@ -163,18 +170,25 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
     sync_ms = tied_embedding_sync_ms(scenario, catalog, topo)
 
-    record = Record(p)
+    n_phys = scenario.n_stages
+    record = Record(n_phys)
     t_iter = 0.0
     for it in range(iters):
         stage_end = Iteration(layout, links_state, record, sched, it, t_iter).run(t_iter)
+        if p != n_phys:  # a stage is done when its last chunk is
+            ends = [t_iter] * n_phys
+            for k, t in enumerate(stage_end):
+                ends[phys[k]] = max(ends[phys[k]], t)
+            stage_end = ends
         t_iter = end_iteration(record, it, t_iter, stage_end, ar_ms, sync_ms, host[it], opt_ms)
 
-    tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev)
+    tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev, phys)
     link_stats = {lp.name: {"transfers": links_state.count[k], "contended": links_state.contended[k],
                             "wait_ms": links_state.wait[k]} for k, lp in enumerate(links)}
-    return EngineResult(tl, exp, sched, record.peak_in_flight, link_stats,
+    return EngineResult(tl, compute.expected, sched, record.peak_in_flight, link_stats,
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
-                         "links": links, "stragglers": stragglers})
+                         "links": links, "stragglers": stragglers, "virtual_stages": scenario.virtual_stages,
+                         "chunks": exp if p != n_phys else None})
 
 
 def split_modes(value, p: int, name: str = "?") -> list[int]:
@@ -227,10 +241,13 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog) -> list[float]:
     return out
 
 
-def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev) -> Timeline:
-    """Columns straight from the row tuples with vectorized lookups (no per-row Python work)."""
+def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev, phys) -> Timeline:
+    """Columns straight from the row tuples with vectorized lookups (no per-row Python work).
+
+    Rows carry virtual stages; the Timeline records the scenario stage that ran them."""
     phases = np.array(PHASE_CODES)
     devs = np.array(stage_dev)
+    to_phys = np.array(phys, dtype=np.int64)
     c = np.fromiter(chain.from_iterable(comp_rows), np.float64, len(comp_rows) * 6).reshape(-1, 6)
     x = np.fromiter(chain.from_iterable(xfer_rows), np.float64, len(xfer_rows) * 7).reshape(-1, 7)
     lk = x[:, 0].astype(np.int64)
@@ -244,7 +261,7 @@ def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev
     cs = c[:, 0].astype(np.int64)
     cols = {
         "kind": np.concatenate([np.full(nc, "compute"), np.full(nx, "transfer"), o_kind]),
-        "stage": np.concatenate([cs, x[:, 1].astype(np.int64), o_stage]),
+        "stage": np.concatenate([to_phys[cs], to_phys[x[:, 1].astype(np.int64)], o_stage]),
         "device": np.concatenate([devs[cs], srcs, devs[o_stage]]),
         "microbatch": np.concatenate([c[:, 1], x[:, 2], np.full(no, -1.0)]).astype(np.int64),
         "phase": np.concatenate([phases[c[:, 2].astype(np.int64)], phases[x[:, 3].astype(np.int64)], o_phase]),
@@ -254,6 +271,9 @@ def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev
         "dst": np.concatenate([np.full(nc, ""), dsts, np.full(no, "")]),
         "iteration": np.concatenate([c[:, 5], x[:, 6], o_times[:, 2]]).astype(np.int64),
     }
-    return Timeline.from_rows(cols, stage_devices=stage_dev, microbatches_per_iteration=scenario.microbatches,
+    return Timeline.from_rows(cols, stage_devices=[st.device for st in scenario.stages],
+                              microbatches_per_iteration=scenario.microbatches,
                               samples_per_microbatch=scenario.micro_batch_size,
-                              meta={"source": "simulation", "schedule": scenario.schedule})
+                              meta={"source": "simulation", "schedule": scenario.schedule,
+                                    **({"virtual_stages": scenario.virtual_stages}
+                                       if scenario.virtual_stages > 1 else {})})

@@ -58,6 +58,7 @@ class Layout:
     bwd_codes: list
     either: list
     tasks_per_stage: list  # tasks a stage runs per iteration (an "either" stage: -1 per fused BW)
+    phys: list = None  # scenario stage of each (virtual) stage; None: the same index
 
     @property
     def shared_devices(self) -> bool:
@@ -110,7 +111,7 @@ class Iteration:
     """One iteration between two optimizer steps: from t0 until the event heap runs dry."""
 
     __slots__ = ("layout", "links", "record", "sched", "next_tasks", "state", "it", "off", "dev_busy",
-                 "remaining", "stage_end", "heap", "seq")
+                 "remaining", "stage_end", "heap", "seq", "phys", "held")
 
     def __init__(self, layout: Layout, links: Links, record: Record, sched: Scheduler, it: int, t0: float):
         p, m = layout.n_stages, layout.n_microbatches
@@ -126,6 +127,8 @@ class Iteration:
         self.stage_end = [t0] * p
         self.heap: list = []
         self.seq = 0
+        self.phys = layout.phys or range(p)
+        self.held = [0] * len(record.peak_in_flight)  # chunk-microbatches whose activations a stage holds
 
     # ------------------------------------------------------------------ starting work
     def start(self, s: int, now: float) -> None:
@@ -147,9 +150,11 @@ class Iteration:
             st.f_ready[s][j] = 0
             st.n_f[s] += 1
             st.in_flight[s] += 1
+            i = self.phys[s]
+            self.held[i] += 1
             peak = self.record.peak_in_flight
-            if st.in_flight[s] > peak[s]:
-                peak[s] = st.in_flight[s]
+            if self.held[i] > peak[i]:
+                peak[i] = self.held[i]
             code = _F
         elif phase == "W":
             if not st.w_ready[s][j]:  # set only when this microbatch's B finished
@@ -220,6 +225,7 @@ class Iteration:
                 st.w_ready[s][j] = 1
             else:
                 st.in_flight[s] -= 1  # BW or W: the activations are released
+                self.held[self.phys[s]] -= 1
         self.wake(s, now)
 
     def arrival(self, now: float, s: int, j: int, direction: int) -> None:

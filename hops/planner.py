@@ -268,7 +268,7 @@ class Planner:
         """One iteration of 1F1B under expected times in the schedulers' event simulation: it
         sees the warm-up and drain idling the closed-form estimate misses, in ~1 ms."""
         from .schedulers.base import PipelineMeta
-        from .schedulers.hetero_search import one_f_one_b_orders, simulate_policy, static_policy
+        from .schedulers.hetero_search import builtin_orders, simulate_policy, static_policy
 
         key = (tuple(d.id for d in order), tuple(layers))
         hit = self._quick.get(key)
@@ -279,7 +279,7 @@ class Planner:
         meta = PipelineMeta(p, m, [x[0] for x in t], [x[1] for x in t], [x[2] for x in t], [x[3] for x in t],
                             [d.id for d in order], [self.t.transfer(order[k], order[k + 1]) for k in range(p - 1)]
                             + [0.0])
-        ms = simulate_policy(meta, static_policy(one_f_one_b_orders(p, m)))[0]
+        ms = simulate_policy(meta, static_policy(builtin_orders("1f1b", p, m)))[0]
         self._quick[key] = ms
         return ms
 

@@ -105,6 +105,7 @@ class Scenario:
     output: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     notes: tuple[str, ...] = ()  # one line per legacy field HOPS models differently
+    virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B's v); the schedule places them
 
     @property
     def n_stages(self) -> int:
@@ -284,7 +285,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         same_node=same_node, cross_node=cross_node, links=tuple(links), device_overrides=dev_over,
         optimizer_enabled=opt.enabled, optimizer_step_ms=step_ms, dp_degree=opt.data_parallel.degree,
         dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, failure=failure, output=output,
-        raw=raw, notes=notes,
+        raw=raw, notes=notes, virtual_stages=pipe.virtual_stages,
     )
     _check_hops(scenario, catalog, src)
     return scenario

@@ -12,13 +12,14 @@ def random_pipeline(seed, schedule):
     p = int(rng.integers(2, 9))
     m = int(rng.integers(1, 20))
     per = [(float(rng.uniform(0.5, 5)), float(rng.uniform(0.5, 10))) for _ in range(p)]
-    split = 0.5 if schedule in ("zero_bubble", "hops_hetero") else None
+    split = 0.5 if schedule in SPLIT else None
     sc = pipeline(p, m, schedule=schedule, per_stage=per, hop_ms=float(rng.uniform(0, 1)), jitter=0.2,
                   batches=2, seed=seed, split=split)
     return sc, p, m
 
 
-SCHEDULES = ["gpipe", "1f1b", "zero_bubble", "hops_hetero"]
+SPLIT = ("zero_bubble", "zb_h1", "zb_h2", "hops_hetero")
+SCHEDULES = ["gpipe", "1f1b", "zero_bubble", "zb_h1", "zb_h2", "hops_hetero"]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -64,9 +65,10 @@ def test_1f1b_holds_at_most_p_minus_s_activations(seed):
         assert peak <= min(p - s, m)
 
 
+@pytest.mark.parametrize("schedule", ["zero_bubble", "zb_h1", "zb_h2"])
 @pytest.mark.parametrize("seed", range(8))
-def test_zero_bubble_runs_every_weight_gradient_exactly_once(seed):
-    sc, p, m = random_pipeline(seed, "zero_bubble")
+def test_zero_bubble_runs_every_weight_gradient_exactly_once(schedule, seed):
+    sc, p, m = random_pipeline(seed, schedule)
     tl = hops.simulate(sc).timeline
     w = (tl.kind == "compute") & (tl.phase == "W")
     keys = list(zip(tl.stage[w].tolist(), tl.microbatch[w].tolist()))
@@ -77,7 +79,56 @@ def test_hops_hetero_picks_1f1b_when_the_last_stage_is_the_bottleneck():
     slow_tail = pipeline(4, 8, per_stage=[(1, 2)] * 3 + [(3, 6)], schedule="hops_hetero", split=0.5)
     assert hops.simulate(slow_tail).summary["scheduler_effective"] == "1f1b"
     slow_head = pipeline(4, 8, per_stage=[(3, 6)] + [(1, 2)] * 3, schedule="hops_hetero", split=0.5)
-    assert hops.simulate(slow_head).summary["scheduler_effective"] == "zero_bubble"
+    assert hops.simulate(slow_head).summary["scheduler_effective"] == "zb_h1"
+
+
+def unit(p, m, schedule, f=1.0, b=1.0, w=1.0):
+    """Every stage F = f, B = b, W = w (BW = b + w), free links: the setting of the papers' formulas."""
+    return hops.simulate(pipeline(p, m, f=f, b=b + w, split=b / (b + w), schedule=schedule)).summary
+
+
+PM = [(2, 2), (3, 5), (4, 4), (4, 16), (6, 13), (8, 8), (8, 32), (16, 64)]
+
+
+@pytest.mark.parametrize("p,m", PM)
+def test_zb_h1_makespan_is_3m_plus_p_minus_1_at_unit_times(p, m):
+    s = unit(p, m, "zb_h1")
+    assert s["makespan_ms"] == pytest.approx(3 * m + p - 1, abs=1e-6)
+    # bubble (p - 1)(F + B - W) per stage: a third of 1F1B's (p - 1)(F + B + W)
+    assert s["bubble_ratio"] == pytest.approx((p - 1) / (3 * m + p - 1), abs=1e-9)
+    assert unit(p, m, "1f1b")["makespan_ms"] == pytest.approx(3 * m + 3 * (p - 1), abs=1e-6)
+
+
+@pytest.mark.parametrize("p,m", PM)
+def test_zb_h1_holds_the_1f1b_peak_of_activations(p, m):
+    zb, ofob = unit(p, m, "zb_h1")["peak_in_flight"], unit(p, m, "1f1b")["peak_in_flight"]
+    assert ofob == [min(p - s, m) for s in range(p)]
+    assert zb == [min(p, m)] * p  # stage s defers s W's: p - s + s held, never above stage 0's 1F1B peak
+    assert max(zb) == max(ofob)
+
+
+@pytest.mark.parametrize("f,b,w", [(1.0, 2.0, 1.0), (2.0, 1.0, 1.0), (1.0, 1.0, 0.5)])
+def test_zb_h1_bubble_is_p_minus_1_times_f_plus_b_minus_w(f, b, w):
+    p, m = 4, 16  # the paper's bubble formula holds while W <= F + B (its Table 2 setting)
+    assert unit(p, m, "zb_h1", f, b, w)["makespan_ms"] == pytest.approx(m * (f + b + w) + (p - 1) * (f + b - w),
+                                                                       abs=1e-6)
+
+
+def test_zero_bubble_is_the_paper_zb_h1():
+    assert unit(4, 16, "zero_bubble") == {**unit(4, 16, "zb_h1"), "schedule": "zero_bubble"}
+
+
+@pytest.mark.parametrize("p,m", [(2, 3), (4, 7), (4, 16), (8, 15), (8, 32)])
+def test_zb_h2_holds_2p_minus_1_and_matches_the_flush_bound_at_unit_times(p, m):
+    s = unit(p, m, "zb_h2")
+    assert s["peak_in_flight"] == [2 * p - 1] * p
+    # with Megatron's per-iteration flush one iteration cannot beat 3m + p - 1 (the last stage
+    # starts at p - 1 and has 3m of work); ZB-H2 reaches it
+    assert s["makespan_ms"] == pytest.approx(3 * m + p - 1, abs=1e-6)
+
+
+def test_zb_h2_gains_over_zb_h1_when_w_is_short():
+    assert unit(8, 32, "zb_h2", w=0.5)["makespan_ms"] < unit(8, 32, "zb_h1", w=0.5)["makespan_ms"] - 1
 
 
 class Reverse1F1B(Scheduler):

@@ -1,4 +1,10 @@
-"""Placement study: hops.planner against the uniform partition, per device set.
+"""Placement study: hops.planner against three partitions that need no planner, per device set.
+
+- uniform: the same layers on every device, in the given device order;
+- best uniform: the same layers on every device, in the best device order the planner
+  enumerates (ranked by its event-simulation estimate, the top three simulated);
+- FLOPs-proportional: layers proportional to each device's peak bf16 TFLOP/s (over its
+  slowdown), in the given order, largest-remainder rounding, at least one layer each.
 
 Device sets: those of the 16 reference configs and of our own configs (model = the
 config's hidden size, sequence, micro-batch and microbatch count, with its total layer
@@ -35,13 +41,43 @@ def config_case(path: Path, catalog: Catalog):
     return devices, model, sc.same_node or "nvlink", sc.cross_node or sc.same_node or "infiniband"
 
 
+def flops_split(planner: Planner, order, catalog: Catalog) -> list[int]:
+    speed = [catalog.devices[d.gpu]["peak_tflops"] / float(d.overrides.get("slowdown", 1.0)) for d in order]
+    total = planner.model.layers
+    raw = [total * x / sum(speed) for x in speed]
+    layers = [max(1, int(r)) for r in raw]
+    for k in sorted(range(len(raw)), key=lambda k: raw[k] - int(raw[k]), reverse=True):
+        if sum(layers) >= total:
+            break
+        layers[k] += 1
+    while sum(layers) > total:  # the minimum of one layer each overshot: take from the largest
+        layers[layers.index(max(layers))] -= 1
+    return layers
+
+
+def summary(pl) -> dict:
+    return {"order": pl.order, "layers": pl.layers, "samples_per_s": pl.samples_per_s,
+            "iteration_ms": pl.simulated_ms, "fits": not pl.over_capacity, "over_capacity": pl.over_capacity}
+
+
 def plan_case(name: str, group: str, devices, model, same_node, cross_node, schedule: str, catalog: Catalog,
               note: str = "") -> dict:
     t0 = time.perf_counter()
     planner = Planner(devices, model, catalog=catalog, same_node=same_node, cross_node=cross_node)
     res = planner.plan(schedule=schedule)
     b, u = res.best, res.uniform
+    flops = planner.simulate(planner.placement(devices, flops_split(planner, devices, catalog)), schedule)
+    orders, _ = planner.orders(120)
+    lay = u.layers
+    ranked = sorted(orders, key=lambda o: planner.quick_ms(o, lay))[:3]
+    unis = [planner.simulate(planner.placement(o, lay), schedule) for o in ranked] + [u]
+    fitting = [x for x in unis if not x.over_capacity] or unis
+    best_uni = max(fitting, key=lambda x: x.samples_per_s)
     return {
+        "flops_proportional": summary(flops), "best_uniform": summary(best_uni),
+        "gain_vs_flops_pct": 100.0 * (b.samples_per_s / flops.samples_per_s - 1.0),
+        "gain_vs_best_uniform_pct": 100.0 * (b.samples_per_s / best_uni.samples_per_s - 1.0),
+        "order_changed": list(b.order) != [d.id for d in devices],
         "name": name, "group": group, "note": note, "devices": len(devices), "layers": model.layers,
         "microbatches": model.microbatches,
         "uniform": {"order": u.order, "layers": u.layers, "samples_per_s": u.samples_per_s,

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import importlib
 
-from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
+from .base import DeviceOrderScheduler, PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
 from .classic import GPipe, OneFOneB
 from .hetero_search import HeteroSearch
 from .hops_hetero import HopsHetero
-from .zero_bubble import ZeroBubble
+from .interleaved import Interleaved1F1B
+from .zero_bubble import ZBH1, ZBH2, ZeroBubble
 
-_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZeroBubble, HopsHetero,
-                                                                   HeteroSearch)}
+_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, Interleaved1F1B,
+                                                                   HopsHetero, HeteroSearch)}
+_REGISTRY["zero_bubble"] = ZBH1  # alias: the paper's ZB-H1 order
 
 
 def register(cls: type[Scheduler]) -> type[Scheduler]:
@@ -40,5 +42,5 @@ def resolve_scheduler(name: str) -> type[Scheduler]:
 
 
 __all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",
-           "available", "resolve_scheduler", "GPipe", "OneFOneB", "ZeroBubble", "HopsHetero",
+           "available", "resolve_scheduler", "DeviceOrderScheduler", "GPipe", "OneFOneB", "Interleaved1F1B", "ZBH1", "ZBH2", "ZeroBubble", "HopsHetero",
            "HeteroSearch"]

@@ -24,6 +24,10 @@ class PipelineMeta:
     devices: Sequence[str]
     transfer_ms: Sequence[float]  # expected activation transfer time stage i -> i+1
     options: dict = field(default_factory=dict)
+    # With virtual stages the stages above are virtual (model chunks, in pipeline order):
+    # stage_of[k] is the scenario stage (the device's position) that runs virtual stage k.
+    stage_of: Sequence[int] = ()
+    virtual_stages: int = 1
 
 
 class SchedulerState:
@@ -73,11 +77,59 @@ class Scheduler:
     def __init__(self, **options: Any):
         self.options = options
 
+    @classmethod
+    def placement(cls, p: int, v: int) -> list[tuple[int, int]]:
+        """(stage, chunk) of each virtual stage in pipeline order, for p stages of v chunks.
+
+        The default is one chunk per stage; schedules that run model chunks (interleaved
+        1F1B, ZB-V) override it, so the engine never knows a placement by name.
+        """
+        if v != 1:
+            raise ValueError(f"schedule {cls.name!r} runs one model chunk per stage; "
+                             "use interleaved_1f1b (or zb_v, 2 chunks) for virtual stages")
+        return [(s, 0) for s in range(p)]
+
     def configure(self, meta: PipelineMeta) -> None:
         self.meta = meta
 
     def next_tasks(self, state: SchedulerState) -> list[Task]:
         raise NotImplementedError
+
+
+class DeviceOrderScheduler(Scheduler):
+    """A fixed task order per device over the virtual stages it hosts.
+
+    ``device_order(d, p, v, m)`` lists (chunk, phase, microbatch) for scenario stage d. A
+    virtual stage starts the device's next task when that task is its own and ready; the
+    position is the number of tasks the device's virtual stages have started.
+    """
+
+    def configure(self, meta: PipelineMeta) -> None:
+        super().configure(meta)
+        v = meta.virtual_stages
+        p = meta.n_stages // v
+        place = self.placement(p, v)
+        vstage = {pc: k for k, pc in enumerate(place)}
+        self.hosted = [[vstage[(d, c)] for c in range(v)] for d in range(p)]
+        self.device_of = [d for d, _ in place]
+        self.order = [[(vstage[(d, c)], ph, j) for c, ph, j in self.device_order(d, p, v, meta.n_microbatches)]
+                      for d in range(p)]
+
+    def device_order(self, d: int, p: int, v: int, m: int) -> list[tuple[int, str, int]]:
+        raise NotImplementedError
+
+    def next_tasks(self, state: SchedulerState) -> list[Task]:
+        s = state.stage
+        d = self.device_of[s]
+        pos = sum(state.started[k] for k in self.hosted[d])
+        order = self.order[d]
+        if pos >= len(order):
+            return []
+        k, phase, mb = order[pos]
+        if k != s:
+            return []
+        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
+        return [(phase, mb)] if ready[s][mb] else []
 
 
 class StaticOrderScheduler(Scheduler):

@@ -1,37 +1,71 @@
-"""Zero-bubble family: backward split into B (activation gradient) and W (weight gradient).
+"""Zero-bubble family (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024).
 
-B sits on the critical path (the previous stage waits for its gradient); W does not, so
-it is deferred into time the stage would otherwise idle. Activation memory is capped at
-the 1F1B level (p - s microbatches held on stage s), as in the ZB-H1 schedule.
+Backward is split into B (activation gradient, on the critical path: the previous stage
+waits for it) and W (weight gradient, which nothing waits for), so W can be moved into time
+the stage would otherwise idle. The activations of a microbatch are held until its W ends.
+Both handcrafted schedules of the paper are fixed per-stage orders, written from the paper's
+description (Section 3.1, Figure 3) and checked against its formulas in
+tests/test_schedulers.py:
+
+- ZB-H1: 1F1B's warm-up (p - s - 1 forwards on stage s), then 1F1B's F/B alternation with
+  stage s starting its W's s steps late. Peak in-flight microbatches: p on every stage, the
+  1F1B peak (stage 0's), so the pipeline's peak activation memory is 1F1B's. At unit times
+  (F = B = W) the makespan is 3m + p - 1, a bubble of (p - 1)(F + B - W) per stage against
+  1F1B's (p - 1)(F + B + W).
+- ZB-H2: p - 1 - s extra warm-up forwards (2(p - s) - 1 in all) and W's 2s steps late: 2p - 1
+  microbatches in flight on every stage, the paper's (2p - 1) M_B. Its "zero bubble" is a
+  steady state across iterations that needs the paper's optimizer post-validation; HOPS
+  models Megatron's flush and optimizer barrier, under which one iteration at unit times
+  still takes 3m + p - 1 (the last stage cannot start before p - 1), and ZB-H2 gains over
+  ZB-H1 where W is shorter than B (tests/test_schedulers.py). It needs m >= 2p - 1.
+
+``zero_bubble`` is an alias of ``zb_h1`` (the registry maps the name).
 """
 from __future__ import annotations
 
-from .base import Scheduler, SchedulerState, Task
+from .base import StaticOrderScheduler, Task
 
 
-class ZeroBubble(Scheduler):
-    """Greedy ZB-H1: run a ready B first, else a ready F within the memory cap, else a deferred W."""
+class ZBH1(StaticOrderScheduler):
+    """ZB-H1: 1F1B's memory peak, a third of 1F1B's bubble at unit times."""
 
-    name = "zero_bubble"
-    option_names = ("max_in_flight",)
+    name = "zb_h1"
+    option_names = ()
     split_backward = True
 
-    def configure(self, meta) -> None:
-        super().configure(meta)
-        p = meta.n_stages
-        cap = self.options.get("max_in_flight")
-        self.cap = [cap if cap else p - s for s in range(p)]
+    def stage_order(self, s: int, p: int, m: int) -> list[Task]:
+        warm = min(p - s - 1, m)
+        order: list[Task] = [("F", j) for j in range(warm)]
+        nw = 0
+        for i in range(m):
+            if warm + i < m:
+                order.append(("F", warm + i))
+            order.append(("B", i))
+            if i >= s:
+                order.append(("W", nw))
+                nw += 1
+        return order + [("W", j) for j in range(nw, m)]
 
-    def next_tasks(self, state: SchedulerState) -> list[Task]:
-        s = state.stage
-        m = state.n_microbatches
-        nb = state.n_b[s]
-        if nb < m and state.b_ready[s][nb]:
-            return [("B", nb)]
-        nf = state.n_f[s]
-        if nf < m and state.f_ready[s][nf] and state.in_flight[s] < self.cap[s]:
-            return [("F", nf)]
-        nw = state.n_w[s]
-        if nw < nb:
-            return [("W", nw)]
-        return []
+
+class ZBH2(StaticOrderScheduler):
+    """ZB-H2: about twice 1F1B's activation memory (2p - 1 microbatches) for extra warm-up forwards."""
+
+    name = "zb_h2"
+    split_backward = True
+
+    def stage_order(self, s: int, p: int, m: int) -> list[Task]:
+        warm = min(2 * (p - s) - 1, m)
+        order: list[Task] = [("F", j) for j in range(warm)]
+        nf, nw = warm, 0
+        for i in range(m):
+            order.append(("B", i))
+            if i >= 2 * s:
+                order.append(("W", nw))
+                nw += 1
+            if nf < m:
+                order.append(("F", nf))
+                nf += 1
+        return order + [("W", j) for j in range(nw, m)]
+
+
+ZeroBubble = ZBH1  # the historical name; `zero_bubble` resolves to ZB-H1

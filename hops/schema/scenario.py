@@ -142,6 +142,7 @@ class PipelineModel(Section):
     activation_mb: Num(gt=0) | None = None
     compute_jitter: Num(ge=0) = 0.0
     host_overhead: DistributionModel | None = None
+    virtual_stages: Int(ge=1) = 1  # model chunks per stage (interleaved 1F1B's v)
 
 
 class DeviceModel(Section):
