@@ -58,8 +58,11 @@ def split_floors(floor: float, model) -> tuple[float, float]:
     split twice the fused floor (the seed's choice was the full floor on each of B and W).
     The split's own extra invocation is charged separately, as W's launch overhead.
     """
-    share = float(model.get("backward_w_kernel_share", W_KERNEL_SHARE))
     factor = model["backward_split_floor_factor"]
+    share = model.get("backward_w_kernel_share", W_KERNEL_SHARE)
+    if share is None:  # the seed's charge (each half pays the full floor), until iteration 19 lands
+        return floor * factor, floor * factor
+    share = float(share)
     return floor * (1.0 - share) * factor, floor * share * factor
 
 

@@ -135,8 +135,8 @@ def test_a_split_backward_pays_the_floor_of_the_kernels_each_half_launches():
           "hardware": {"devices": [{"id": f"g{i}", "gpu": "l4", "node": "n0"} for i in range(2)],
                        "interconnect": {"same_node": "pcie"}}}
 
-    def expected(factor):
-        cat = Catalog.load({"model.backward_split_floor_factor": factor})
+    def expected(factor, share=W_KERNEL_SHARE):
+        cat = Catalog.load({"model.backward_split_floor_factor": factor, "model.backward_w_kernel_share": share})
         return hops.simulate(sc, catalog=cat).summary["stages"][0]["expected_ms"]  # no LM head
 
     launch = 1.5  # L4 launch overhead: W is one more invocation
@@ -146,6 +146,8 @@ def test_a_split_backward_pays_the_floor_of_the_kernels_each_half_launches():
     assert e["B"] + e["W"] == pytest.approx(e["BW"] + launch)  # the fused floor once, plus W's launch
     e2 = expected(2.0)  # the sensitivity setting: the split pays twice the fused floor
     assert e2["B"] + e2["W"] - 2 * launch == pytest.approx(2 * (e["BW"] - launch))
+    seed = hops.simulate(sc).summary["stages"][0]["expected_ms"]  # presets: the seed's charge, until it is gated
+    assert seed["B"] == pytest.approx(seed["BW"]) and seed["W"] == pytest.approx(seed["BW"])
 
 
 # ---------------------------------------------------------------- engine: per-stage split modes

@@ -114,8 +114,11 @@ def test_zb_h1_bubble_is_p_minus_1_times_f_plus_b_minus_w(f, b, w):
                                                                        abs=1e-6)
 
 
-def test_zero_bubble_is_the_paper_zb_h1():
-    assert unit(4, 16, "zero_bubble") == {**unit(4, 16, "zb_h1"), "schedule": "zero_bubble"}
+def test_zero_bubble_stays_the_admitted_greedy_until_its_calibration_iteration_lands():
+    """`zero_bubble` scores the traces' zero-bubble runs, so it moves to ZB-H1 only through the
+    gate (iteration 19, reverted so far); at unit times the greedy takes 54, ZB-H1 3m + p - 1 = 51."""
+    assert unit(4, 16, "zero_bubble")["makespan_ms"] == pytest.approx(54.0)
+    assert unit(4, 16, "zb_h1")["makespan_ms"] == pytest.approx(3 * 16 + 4 - 1)
 
 
 @pytest.mark.parametrize("p,m", [(2, 3), (4, 7), (4, 16), (8, 15), (8, 32)])

@@ -23,7 +23,7 @@ tests/test_schedulers.py:
 """
 from __future__ import annotations
 
-from .base import StaticOrderScheduler, Task
+from .base import Scheduler, SchedulerState, StaticOrderScheduler, Task
 
 
 class ZBH1(StaticOrderScheduler):
@@ -69,3 +69,37 @@ class ZBH2(StaticOrderScheduler):
 
 
 ZeroBubble = ZBH1  # the historical name; `zero_bubble` resolves to ZB-H1
+
+
+class GreedyZeroBubble(Scheduler):
+    """The greedy the calibrated model was admitted with: a ready B first, else a ready F
+    within the cap (p - s in flight), else a deferred W, with no lag on the W's.
+
+    Not the paper's order (twice ZB-H1's bubble at unit times): ``zero_bubble`` still resolves
+    to it because the traces' zero-bubble runs are scored with it, and moving them to ZB-H1 is
+    a calibration iteration of its own (autoresearch/LOG.md, iteration 19). Use ``zb_h1``.
+    """
+
+    name = "zero_bubble"
+    option_names = ("max_in_flight",)
+    split_backward = True
+
+    def configure(self, meta) -> None:
+        super().configure(meta)
+        p = meta.n_stages
+        cap = self.options.get("max_in_flight")
+        self.cap = [cap if cap else p - s for s in range(p)]
+
+    def next_tasks(self, state: SchedulerState) -> list[Task]:
+        s = state.stage
+        m = state.n_microbatches
+        nb = state.n_b[s]
+        if nb < m and state.b_ready[s][nb]:
+            return [("B", nb)]
+        nf = state.n_f[s]
+        if nf < m and state.f_ready[s][nf] and state.in_flight[s] < self.cap[s]:
+            return [("F", nf)]
+        nw = state.n_w[s]
+        if nw < nb:
+            return [("W", nw)]
+        return []
