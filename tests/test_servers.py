@@ -38,7 +38,7 @@ PROVENANCE = {"git_commit", "git_diff_hash", "model_fingerprint", "split", "vari
 # Every autoresearch command, each exercised against the tracking server below (a new
 # command fails test_every_autoresearch_command_is_exercised_here until it is added).
 COVERED = {"validate", "observe", "propose", "gate", "admit", "revert", "park", "repair", "search", "checkpoint",
-           "log"}
+           "log", "noise", "precommit"}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -252,7 +252,7 @@ class ServerCli(arscratch.Cli):
         return out
 
 
-def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env, tmp_path, capsys):
+def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env, fixtures_root, tmp_path, capsys):
     """park, revert and admit edit the git tree, so the round runs in a scratch copy one correction behind."""
     env, root = calibration_env
     repo = arscratch.copy_repo(tmp_path / "repo")
@@ -282,6 +282,8 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     cli.ok("revert", "--reason", "no change to measure")
     cli.ok("repair")
     cli.ok("log")
+    assert "running the gate" in cli.ok("precommit", "hops/compute.py")  # a staged model file: the gate runs
+    assert "mean |spread|" in cli.ok("noise", "--fixtures", str(fixtures_root))
     # Commands that leave the tree alone, from this process (HOPS_AUTORESEARCH_STATE is a tmp dir).
     assert "link_calibrated" in autoresearch_here(capsys, "validate", "--split", "train")
     assert "worst fixtures" in autoresearch_here(capsys, "observe", "--top", "2")
@@ -296,7 +298,7 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     by_type: dict[str, list] = {}
     for r in runs:
         by_type.setdefault(r.data.tags.get("run_type"), []).append(r)
-    assert {"iteration", "gate", "admit", "observe"} <= set(by_type), set(by_type)
+    assert {"iteration", "gate", "admit", "observe", "noise"} <= set(by_type), set(by_type)
     outcome = {r.data.tags.get("hypothesis"): r for r in by_type["iteration"]}
     parked, landed = outcome["Megatron ties the embeddings"], outcome["the untouched tree holds"]
     assert parked.data.tags["outcome"] == "parked" and parked.info.status == "KILLED"
