@@ -189,12 +189,7 @@ def collect(sweep_dir: Path, since: float | None = None) -> tuple[list[dict], li
     for job_dir in job_dirs(sweep_dir, since):
         overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
         row: dict[str, Any] = {"job": _job_num(job_dir)}
-        for item in overrides:
-            key, _, value = str(item).partition("=")
-            key = key.lstrip("+~")
-            if key not in keys:
-                keys.append(key)
-            row[key] = value
+        _add_overrides(row, overrides, keys)
         summary_path = job_dir / "summary.json"  # hops.outputs.SUMMARY: written last, so present = complete
         error_path = job_dir / "error.txt"  # hops.run.ERROR_FILE
         if error_path.is_file():
@@ -211,15 +206,20 @@ def collect(sweep_dir: Path, since: float | None = None) -> tuple[list[dict], li
         if num in seen:
             continue
         row = {"job": num, "status": "interrupted: never started (no job directory)", "dir": None}
-        for item in overrides:
-            key, _, value = str(item).partition("=")
-            key = key.lstrip("+~")
-            if key not in keys:
-                keys.append(key)
-            row[key] = value
+        _add_overrides(row, overrides, keys)
         rows.append(row)
     rows.sort(key=lambda r: (r["job"] is None, r["job"] if r["job"] is not None else 0, r["dir"]))
     return rows, keys
+
+
+def _add_overrides(row: dict, overrides, keys: list) -> None:
+    """A job's Hydra overrides as columns (`+`/`~` prefixes dropped), first-seen column order."""
+    for item in overrides:
+        key, _, value = str(item).partition("=")
+        key = key.lstrip("+~")
+        if key not in keys:
+            keys.append(key)
+        row[key] = value
 
 
 def write_sweep_table(sweep_dir: Path, filename: str = "sweep_results.csv", since: float | None = None) -> Path | None:
