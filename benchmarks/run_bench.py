@@ -23,24 +23,12 @@ import time
 from pathlib import Path
 
 import yaml
+from scale_bench import scenario  # the same 1F1B H100 pipeline (benchmarks/ is on sys.path)
 
 import hops
 from hops.hardware import CATALOG_FILES, PRESET_DIR
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def scenario(p: int, m: int, batches: int) -> dict:
-    """1F1B with jitter on H100s, 8 per node (the engine benchmark's shape)."""
-    return {
-        "simulation": {"batches": batches, "microbatches": m, "seed": 7},
-        "pipeline": {"schedule": "1f1b", "compute_jitter": 0.05, "model": {"hidden_dim": 1024, "seq_len": 1024},
-                     "stages": [{"device": f"g{i}", "weights_mb": 1000,
-                                 "compute": {"mode": "analytical", "tflop": 0.06, "memory_mb": 128}}
-                                for i in range(p)]},
-        "hardware": {"devices": [{"id": f"g{i}", "gpu": "h100", "node": f"n{i // 8}"} for i in range(p)],
-                     "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}},
-    }
 
 
 def median_s(fn, repeats: int) -> float:

@@ -33,10 +33,10 @@ import tempfile
 import time
 
 
-def scenario(p: int, m: int) -> dict:
+def scenario(p: int, m: int, batches: int = 1) -> dict:
     """p stages, one H100 per stage, 8 per node (NVLink inside, InfiniBand between), 1F1B with jitter."""
     return {
-        "simulation": {"batches": 1, "microbatches": m, "seed": 7},
+        "simulation": {"batches": batches, "microbatches": m, "seed": 7},
         "pipeline": {"schedule": "1f1b", "compute_jitter": 0.05, "model": {"hidden_dim": 1024, "seq_len": 1024},
                      "stages": [{"device": f"g{i}", "weights_mb": 1000,
                                  "compute": {"mode": "analytical", "tflop": 0.06, "memory_mb": 128}}

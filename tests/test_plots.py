@@ -81,6 +81,15 @@ def thread_names(events) -> dict[tuple[int, int], str]:
 
 # ---------------------------------------------------------------- chrome trace
 
+def spans_by_track(events) -> list[list[tuple]]:
+    """Each Perfetto track's (start, end) slices, in time order."""
+    by_thread: dict[tuple, list] = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    return [sorted(spans) for spans in by_thread.values()]
+
+
 def test_chrome_trace_is_json_with_complete_events(tmp_path):
     tl = gpipe_timeline(4, 6)
     events = load_trace(write_chrome_trace(tl, tmp_path / "trace.json"))
@@ -147,12 +156,7 @@ def test_back_to_back_events_share_one_lane_per_stage_and_link(tmp_path):
     assert len(names) == tl.n_stages + len(links), names
     assert not [n for n in names if "#" in n]
     # and the slices still tile each track exactly: ts + dur of one is the next one's ts
-    by_thread: dict[tuple, list] = {}
-    for e in events:
-        if e["ph"] == "X":
-            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
-    for spans in by_thread.values():
-        spans.sort()
+    for spans in spans_by_track(events):
         assert all(round(prev[1], 3) <= nxt[0] for prev, nxt in zip(spans, spans[1:]))
 
 
@@ -197,12 +201,7 @@ def test_overlapping_events_get_their_own_lane(tmp_path):
             rows[c].append(v)
     tl = Timeline.from_rows(rows, stage_devices=["g0", "g1"], microbatches_per_iteration=1)
     events = load_trace(write_chrome_trace(tl, tmp_path / "t.json"))
-    by_thread: dict[tuple, list] = {}
-    for e in events:
-        if e["ph"] == "X":
-            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
-    for spans in by_thread.values():
-        spans.sort()
+    for spans in spans_by_track(events):
         assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:]))
     names = set(thread_names(events).values())
     assert {"stage 0 (g0)", "stage 0 (g0) #2", "g0->g1", "g0->g1 #2", "stage 1 (g1)"} == names
