@@ -157,7 +157,9 @@ def run_noise(args) -> int:
     if args.json:
         doc = {"pairs": [{**p.__dict__, "throughput_pct": p.throughput_pct, "bubble_pp": p.bubble_pp} for p in n.pairs],
                "throughput_pct_mean": n.throughput_pct_mean, "bubble_pp_mean": n.bubble_pp_mean,
-               "unpaired": n.unpaired}
+               "unpaired": n.unpaired,
+               "twins": [{**t.__dict__, "throughput_pct": t.throughput_pct, "bubble_pp": t.bubble_pp} for t in n.twins],
+               "not_twins": [list(p) for p in n.not_twins]}
         try:
             ledger.atomic_write(Path(args.json), json.dumps(doc, indent=1, allow_nan=False) + "\n")
         except (OSError, ValueError) as exc:

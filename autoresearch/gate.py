@@ -392,8 +392,10 @@ def _noise_band(root):
         n = noise(root)
     except FixtureError:
         return None, f"no archive split under {root}: violations shown without the run-to-run noise band"
+    twins = (f"; same-job twins in train: mean {n.twin_throughput_pct_mean:.2f} % over {len(n.twins)}"
+             if n.twins else "")
     return n, (f"run-to-run noise (archive vs train, measured): mean {n.throughput_pct_mean:.2f} % throughput, "
-               f"{n.bubble_pp_mean:.2f} pp bubble over {len(n.pairs)} pair(s); context only, the tolerances "
+               f"{n.bubble_pp_mean:.2f} pp bubble over {len(n.pairs)} pair(s){twins}; context only, the tolerances "
                f"are gate.yaml's")
 
 

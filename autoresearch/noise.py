@@ -7,19 +7,33 @@ from the traces by the same code that scores every prediction
 (scoring.side_of -> hops.metrics.summarize), so the spread is what the metric
 itself does between two real runs. It is context for the gate report, never a
 tolerance: the gate's rules stay as gate.yaml states them.
+
+Train also holds *same-job twins*: runs whose scenarios differ only in the schedule
+they name (`exp2_1_all_nodes`, `exp2_10_all_nodes_gpipe`, `exp2_11_all_nodes_zero_bubble`)
+and whose traces show the same executed order of forward and backward passes on every
+stage, i.e. the job ignored the label. Their spread is run-to-run noise of one job too,
+measured in the same campaign, so it is reported beside the archive pairs and joins a
+fixture's band. A pair whose executed orders differ is not a twin and is not counted.
 """
 from __future__ import annotations
 
+import copy
+import json
 import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from hops.metrics import measured_window
+from hops.timeline import Timeline
 from hops.traces import load_trace
 
 from . import scoring
 from .fixtures import FixtureError, list_fixtures, resolve_root
 
 ARCHIVE, TRAIN = "archive", "train"
+LABEL_KEYS = ("schedule", "backward_split", "scheduler_options")  # pipeline keys that only name a schedule
 
 
 def config_key(fixture_id: str) -> str:
@@ -47,10 +61,34 @@ class Pair:
         return (self.bubble_archive - self.bubble_train) * 100.0
 
 
+@dataclass(frozen=True)
+class Twin:
+    """Two train runs of one job under different schedule labels, with the same executed order."""
+
+    job: str  # the reference run's configuration
+    reference: str  # the run labelled 1f1b when the group has one, else the first id
+    other: str
+    throughput_reference: float
+    throughput_other: float
+    bubble_reference: float
+    bubble_other: float
+
+    @property
+    def throughput_pct(self) -> float:
+        """(other - reference) / reference x 100."""
+        return (self.throughput_other - self.throughput_reference) / self.throughput_reference * 100.0
+
+    @property
+    def bubble_pp(self) -> float:
+        return (self.bubble_other - self.bubble_reference) * 100.0
+
+
 @dataclass
 class Noise:
     pairs: list[Pair] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)  # archive ids with no train run of the same config
+    twins: list[Twin] = field(default_factory=list)
+    not_twins: list[tuple[str, str]] = field(default_factory=list)  # same scenario, different executed order
 
     @property
     def throughput_pct_mean(self) -> float:
@@ -60,9 +98,19 @@ class Noise:
     def bubble_pp_mean(self) -> float:
         return sum(abs(p.bubble_pp) for p in self.pairs) / len(self.pairs) if self.pairs else math.nan
 
+    @property
+    def twin_throughput_pct_mean(self) -> float:
+        return sum(abs(t.throughput_pct) for t in self.twins) / len(self.twins) if self.twins else math.nan
+
+    @property
+    def twin_bubble_pp_mean(self) -> float:
+        return sum(abs(t.bubble_pp) for t in self.twins) / len(self.twins) if self.twins else math.nan
+
     def band(self, train_id: str) -> tuple[float, float] | None:
-        """|throughput %| and |bubble pp| spread of this train fixture's configuration (largest if several)."""
+        """|throughput %| and |bubble pp| spread of this train fixture's job (largest over archive
+        duplicates and same-job twins)."""
         mine = [p for p in self.pairs if p.train == train_id]
+        mine += [t for t in self.twins if train_id in (t.reference, t.other)]
         if not mine:
             return None
         return max(abs(p.throughput_pct) for p in mine), max(abs(p.bubble_pp) for p in mine)
@@ -73,6 +121,11 @@ class Noise:
         for p in self.pairs:
             out[f"noise.{p.key}.throughput_pct"] = p.throughput_pct
             out[f"noise.{p.key}.bubble_pp"] = p.bubble_pp
+        if self.twins:
+            out.update({"noise.twins.throughput_pct_mean": self.twin_throughput_pct_mean,
+                        "noise.twins.bubble_pp_mean": self.twin_bubble_pp_mean, "noise.twins": float(len(self.twins))})
+        for t in self.twins:
+            out[f"noise.twin.{config_key(t.other)}.throughput_pct"] = t.throughput_pct
         return out
 
 
@@ -80,16 +133,75 @@ def _measured(fixture) -> scoring.Side:
     return scoring.side_of(load_trace(fixture.path))
 
 
+def _numbers_as_floats(v):
+    """128 and 128.0 are the same value in a scenario."""
+    if isinstance(v, dict):
+        return {k: _numbers_as_floats(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_numbers_as_floats(x) for x in v]
+    return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+def job_key(doc: dict) -> str:
+    """The scenario without the keys that only name a schedule, as canonical JSON."""
+    doc = copy.deepcopy(doc)
+    pipe = doc.get("pipeline")
+    if isinstance(pipe, dict):
+        for k in LABEL_KEYS:
+            pipe.pop(k, None)
+    return json.dumps(_numbers_as_floats(doc), sort_keys=True, default=str)
+
+
+def executed_order(tl: Timeline) -> tuple:
+    """Per stage, the (phase, microbatch) sequence of compute in the first measured iteration."""
+    w, _, _ = measured_window(tl)
+    first = w.iteration[w.iteration >= 0].min()
+    m = (w.kind == "compute") & (w.iteration == first)
+    out = []
+    for s in range(tl.n_stages):
+        k = m & (w.stage == s)
+        order = np.argsort(w.start_ms[k], kind="stable")
+        out.append(tuple(zip(w.phase[k][order].tolist(), w.microbatch[k][order].tolist())))
+    return tuple(out)
+
+
+def _twins(train: list, sides: dict, out: Noise) -> None:
+    """Group train runs by job; pair each with its group's reference when the executed orders agree."""
+    groups: dict[str, list] = {}
+    for f in train:
+        groups.setdefault(job_key(f.scenario_doc), []).append(f)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda f: f.id)
+        ref = next((f for f in members if (f.scenario_doc.get("pipeline") or {}).get("schedule") == "1f1b"),
+                   members[0])
+        ref_tl = load_trace(ref.path)
+        sr = sides.setdefault(ref.id, scoring.side_of(ref_tl))
+        for f in members:
+            if f is ref:
+                continue
+            tl = load_trace(f.path)
+            if executed_order(tl) != executed_order(ref_tl):
+                out.not_twins.append((ref.id, f.id))
+                continue
+            so = sides.setdefault(f.id, scoring.side_of(tl))
+            out.twins.append(Twin(config_key(ref.id), ref.id, f.id, sr.throughput_per_s, so.throughput_per_s,
+                                  sr.bubble_ratio, so.bubble_ratio))
+
+
 def noise(root=None) -> Noise:
     """Pair every archive fixture with the train fixture of the same configuration; measure both."""
     root = resolve_root(root)
     archive = list_fixtures(root, ARCHIVE)
     try:
-        train = {config_key(f.id): f for f in list_fixtures(root, TRAIN)}
+        train_runs = list_fixtures(root, TRAIN)
     except FixtureError:
-        train = {}
+        train_runs = []
+    train = {config_key(f.id): f for f in train_runs}
     out = Noise()
     sides: dict[str, scoring.Side] = {}
+    _twins(train_runs, sides, out)
     for a in archive:
         t = train.get(config_key(a.id))
         if t is None:
@@ -110,6 +222,18 @@ def render(n: Noise) -> str:
         lines.append(f"{p.key:<34} {p.archive.rsplit('_', 1)[-1]:>8} {p.train.rsplit('_', 1)[-1]:>8} "
                      f"{p.throughput_pct:>+8.2f} {p.bubble_pp:>+10.2f}")
     lines.append(f"mean |spread|: throughput {n.throughput_pct_mean:.2f} %, bubble {n.bubble_pp_mean:.2f} pp")
+    if n.twins or n.not_twins:
+        lines.append(f"same-job twins in train: {len(n.twins)} run(s) whose scenario differs from a reference run only "
+                     f"in its schedule label and whose trace executed the same order (other - reference)")
+        lines.append(f"{'reference':<34} {'other':<40} {'thr %':>8} {'bubble pp':>10}")
+        for t in sorted(n.twins, key=lambda t: (t.reference, t.other)):
+            lines.append(f"{config_key(t.reference):<34} {config_key(t.other):<40} {t.throughput_pct:>+8.2f} "
+                         f"{t.bubble_pp:>+10.2f}")
+        if n.twins:
+            lines.append(f"twins mean |spread|: throughput {n.twin_throughput_pct_mean:.2f} %, "
+                         f"bubble {n.twin_bubble_pp_mean:.2f} pp")
+        for a, b in n.not_twins:
+            lines.append(f"same scenario but a different executed order (not counted): {a}, {b}")
     if n.unpaired:
         lines.append(f"no train run of the same configuration (not counted): {', '.join(sorted(n.unpaired))}")
     return "\n".join(lines)

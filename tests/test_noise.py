@@ -61,3 +61,47 @@ def test_gate_violations_are_printed_beside_the_noise_band():
     assert "no duplicate of this config; suite noise mean 10.00 % thr" in out[1]
     assert out[2] == v[2], "aggregate violations carry no per-config band"
     assert annotate(v, None) == v and not math.isnan(n.bubble_pp_mean)
+
+
+TWINS = ("exp2_1_all_nodes_run93", "exp2_10_all_nodes_gpipe_run97", "exp2_11_all_nodes_zero_bubble_run101")
+
+
+def test_same_job_twins_are_train_runs_that_differ_only_in_a_schedule_label_the_job_ignored(fixtures_root, tmp_path):
+    for split, ids in (("train", TWINS + ("exp2_9_g_only_pp4_run107",)), ("archive", ("exp2_9_g_only_pp4_run65",))):
+        for fid in ids:
+            d = tmp_path / split / "cluster_results" / fid
+            d.parent.mkdir(parents=True, exist_ok=True)
+            d.symlink_to(fixtures_root / split / "cluster_results" / fid)
+    n = noise(tmp_path)
+    assert {(t.reference, t.other) for t in n.twins} == {(TWINS[0], TWINS[1]), (TWINS[0], TWINS[2])}, \
+        "the 1f1b-labelled run is the reference; exp2_9 is another job"
+    ref = summarize(load_trace(tmp_path / "train" / "cluster_results" / TWINS[0]))["throughput"]["microbatches_per_s"]
+    for t in n.twins:
+        other = summarize(load_trace(tmp_path / "train" / "cluster_results" / t.other))["throughput"]["microbatches_per_s"]
+        assert t.throughput_pct == pytest.approx((other - ref) / ref * 100)
+    zb = next(t for t in n.twins if t.other == TWINS[2])
+    assert n.band(TWINS[2])[0] == pytest.approx(abs(zb.throughput_pct)), "a twin's spread joins the run's band"
+    assert abs(zb.throughput_pct) > 2, "exp2_11 runs >2 % slower than its 1f1b twin: the gate's tolerance is below it"
+    assert n.metrics()["noise.twins"] == 2.0
+
+
+def test_a_run_whose_trace_executed_another_order_is_not_a_twin(tmp_path):
+    import json
+
+    from tests.fixture_builders import make_fixture
+
+    make_fixture(tmp_path, "archive", "job_a_run0")
+    make_fixture(tmp_path, "train", "job_a_run1")
+    other = make_fixture(tmp_path, "train", "job_b_run2")
+    scen = other / "hops.base.yaml"
+    scen.write_text(scen.read_text().replace("schedule: 1f1b", "schedule: gpipe"))
+    rank0 = other / "megatron_trace" / "rank0.jsonl"
+    events = [json.loads(line) for line in rank0.read_text().splitlines()]
+    for e in events:  # stage 0 runs microbatch 1's forward before microbatch 0's backward: GPipe's order
+        if e["phase"] == "FORWARD" and e["microbatch"] == 1:
+            shift = 8.0 - 2.0
+            e["start_wall_ns"] -= int(shift * 1e6)
+            e["end_wall_ns"] -= int(shift * 1e6)
+    rank0.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    n = noise(tmp_path)
+    assert n.twins == [] and n.not_twins == [("job_a_run1", "job_b_run2")]
