@@ -285,8 +285,8 @@ class Ledger:
         return self._experiments[name]
 
     def _dress(self, eid: str, tags: Mapping[str, str]) -> None:
-        """Tags that make MLflow 3's UI read the experiment as model development, with the headline columns."""
-        for key, value in experiment_tags(eid).items():
+        """Tags for the MLflow UI: experiment kind, headline view, description linking it (unchanged: not rewritten)."""
+        for key, value in experiment_tags(eid, tags).items():
             if tags.get(key) != value:
                 retry(self.client.set_experiment_tag, eid, key, value)
 
@@ -372,24 +372,59 @@ HEADLINE_METRICS = ("link_calibrated.mape", "link_calibrated.bubble_mae_pp", "li
                     "spec.bubble_mae_pp", "spec.rho_mean", "replay.mape", "gate.violations")
 HEADLINE_TAGS = ("iteration", "outcome", "run_type", "gate")
 VIEW = "headline"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
 
 
-def experiment_tags(eid: str) -> dict[str, str]:
-    """`mlflow.experimentKind` (MLflow 3.x UI: `custom_model_development` opens the training runs view, not the
-    GenAI traces view) and a shared view state whose columns are the headline metrics.
+def view_link(eid: str) -> str:
+    """The runs table of experiment `eid` in the model training UI, opened with the headline view.
 
-    MLflow's runs table has no server-side default column set (its default is Source / Models / Dataset);
-    the shared view (`?viewStateShareKey=headline`, linked from the experiment description) is the UI's own
-    way to open the table with chosen columns.
+    It names the `runs` tab: MLflow 3.17's `/experiments/<id>` redirects to a tab and keeps only
+    startTime*/endTime/workflowType/workspace, so `viewStateShareKey` on it is dropped. `workflowType` picks
+    the UI's GenAI / Model training switch, which otherwise comes from the browser (default GenAI).
     """
-    view = {"selectedColumns": ["attributes.`Duration`", *(f"tags.`{t}`" for t in HEADLINE_TAGS),
-                                *(f"metrics.`{m}`" for m in HEADLINE_METRICS)],
+    return f"#/experiments/{eid}/runs?workflowType=machine_learning&viewStateShareKey={VIEW}"
+
+
+def _envelope(value: str | None) -> dict | None:
+    """A saved-view envelope as MLflow 3.17's UI accepts it (string name, number createdAt, string state), or None."""
+    try:
+        env = json.loads(value or "")
+    except ValueError:
+        return None
+    ok = (isinstance(env, dict) and isinstance(env.get("name"), str) and isinstance(env.get("state"), str)
+          and isinstance(env.get("createdAt"), (int, float)) and not isinstance(env.get("createdAt"), bool))
+    return env if ok else None
+
+
+def experiment_tags(eid: str, current: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`mlflow.experimentKind`, the shared view with the headline columns, and a description linking it.
+
+    The view tag is what MLflow 3.17's UI writes for a saved view (listed under "Views" above the runs table):
+    an envelope `{name, createdAt, updatedAt, state}` whose `state` is the JSON of the view. Its fields are
+    repeated at the top level for older UIs, which read the tag as the view itself. `current` (the
+    experiment's tags) keeps the timestamps of an unchanged view, so re-dressing writes nothing.
+
+    MLflow's runs table has no server-side default column set (its default is Source / Models / Dataset), and
+    3.17 takes GenAI vs model training from the browser, not from `mlflow.experimentKind` (older 3.x read it).
+    """
+    columns = [*(f"metrics.`{m}`" for m in HEADLINE_METRICS), *(f"tags.`{t}`" for t in HEADLINE_TAGS)]
+    # Order and widths are keyed by the grid's column ids (3.17: the canonical key, "runDateAndNestInfo" for
+    # Created, "duration"); wide enough that `link_calibrated.bubble_mae_pp` is not cut to `link_calibrated.`.
+    order = ["attributes.`Run Name`", "runDateAndNestInfo", "duration", *columns]
+    widths = {c: max(90, 7 * len(c.split("`")[1]) + 40) for c in columns}
+    view = {"selectedColumns": ["attributes.`Duration`", *columns], "columnOrder": order, "columnWidths": widths,
             "orderByKey": "attributes.start_time", "orderByAsc": False, "runsHiddenMode": "SHOW_ALL"}
+    state = json.dumps(view, sort_keys=True)
+    old = _envelope((current or {}).get(VIEW_TAG))
+    stamp = int(time.time() * 1000)
+    created = old["createdAt"] if old else stamp
+    updated = old.get("updatedAt", created) if old and old["state"] == state else stamp
+    envelope = {"name": VIEW, "createdAt": created, "updatedAt": updated, "state": state, **view}
     note = (f"HOPS calibration ledger (autoresearch/README.md). Open the runs table with the headline columns "
             f"(train MAPE, bubble MAE, rho per variant, gate violations, outcome): "
-            f"[headline view](#/experiments/{eid}?viewStateShareKey={VIEW}).")
+            f"[headline view]({view_link(eid)}).")
     return {"mlflow.experimentKind": "custom_model_development",
-            f"mlflow.sharedViewState.{VIEW}": json.dumps(view, sort_keys=True), "mlflow.note.content": note}
+            VIEW_TAG: json.dumps(envelope, sort_keys=True), "mlflow.note.content": note}
 
 
 def iteration_tags(run) -> dict[str, str]:
