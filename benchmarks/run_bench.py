@@ -25,10 +25,13 @@ from pathlib import Path
 import yaml
 from scale_bench import scenario  # the same 1F1B H100 pipeline (benchmarks/ is on sys.path)
 
-import hops
-from hops.hardware import CATALOG_FILES, PRESET_DIR
-
 REPO = Path(__file__).resolve().parent.parent
+# Measure this checkout's hops, as the `python -m hops.run` runs below do (cwd=REPO), even
+# when an editable install points at another checkout.
+sys.path.insert(0, str(REPO))
+
+import hops  # noqa: E402
+from hops.hardware import CATALOG_FILES, PRESET_DIR  # noqa: E402
 
 
 def median_s(fn, repeats: int) -> float:
@@ -58,6 +61,7 @@ def small(repeats: int) -> None:
 
 def large(p: int, m: int, batches: int, repeats: int) -> None:
     from hops.chrome_trace import write_chrome_trace
+    from hops.outputs import write_events_csv
     from hops.plots import plot_dashboard, plot_timeline
 
     doc = scenario(p, m, batches)
@@ -67,7 +71,7 @@ def large(p: int, m: int, batches: int, repeats: int) -> None:
         result = hops.simulate(doc)
         n = len(result.timeline)
         steps = {
-            "events.csv": lambda: result.timeline.write_csv(tmp / "events.csv"),
+            "events.csv": lambda: write_events_csv(result.timeline, tmp / "events.csv"),  # as hops.run writes it
             "trace.json": lambda: write_chrome_trace(result.timeline, tmp / "trace.json"),
             "trace.json.gz": lambda: write_chrome_trace(result.timeline, tmp / "trace.json.gz"),
             "timeline.png": lambda: plot_timeline(result.timeline, tmp / "timeline.png"),
