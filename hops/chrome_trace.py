@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .text_columns import INT, US, combine, factorize, render
-from .timeline import Timeline
+from .timeline import KINDS, PHASES, Timeline
 
 STAGES_PID, LINKS_PID, CLUSTER_PID = 1, 2, 3
 GZIP_LEVEL = 3  # levels 1-3 compress this text equally fast (~120 MB/s), 3 the smallest; 6 takes 2.3x longer
@@ -104,9 +104,9 @@ def write_chrome_trace(timeline: Timeline, path, *, compress: bool | None = None
         first_stage.setdefault(str(d), s)
 
     # ---- every string column as codes into its distinct values (a few hundred at most)
-    kinds, kind_c = factorize(tl.kind)
+    kinds, kind_c = factorize(tl.kind, KINDS)
     devices, dev_c = factorize(tl.device)
-    phases, phase_c = factorize(tl.phase)
+    phases, phase_c = factorize(tl.phase, PHASES)
     xfer = kind_c == (kinds.index("transfer") if "transfer" in kinds else -1)  # only these print src / dst
     ends, end_c = factorize(np.concatenate([tl.src[xfer], tl.dst[xfer]]))
     src_c, dst_c = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
@@ -136,7 +136,7 @@ def write_chrome_trace(timeline: Timeline, path, *, compress: bool | None = None
 
     # ---- lanes per base track so no two slices on one thread overlap
     lane = np.zeros(n, dtype=np.int64)
-    by_track = np.argsort(track, kind="stable")
+    by_track = np.argsort(track.astype(np.int16) if cluster < 1 << 15 else track, kind="stable")  # radix sort
     bounds = np.flatnonzero(np.diff(track[by_track])) + 1
     for ix in np.split(by_track, bounds) if n else []:
         lane[ix] = _assign_lanes(start_ns[ix], end_ns[ix])

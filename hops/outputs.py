@@ -90,12 +90,12 @@ def write_events_csv(timeline, path: str | Path) -> None:
     import numpy as np
 
     from . import text_columns as tc
-    from .timeline import EVENTS_CSV_HEADER, _csv_field
+    from .timeline import EVENTS_CSV_HEADER, KINDS, PHASES, _csv_field
 
     tl = timeline
-    kinds, kind_c = tc.factorize(tl.kind)
+    kinds, kind_c = tc.factorize(tl.kind, KINDS)
     devices, dev_c = tc.factorize(tl.device)
-    phases, phase_c = tc.factorize(tl.phase)
+    phases, phase_c = tc.factorize(tl.phase, PHASES)
     ends, src_c = tc.factorize(np.concatenate([tl.src, tl.dst]))
     src_c, dst_c = src_c[:len(tl)], src_c[len(tl):]
     first, codes = tc.combine([kind_c, tl.stage, dev_c, phase_c, src_c, dst_c])

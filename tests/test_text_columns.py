@@ -66,10 +66,20 @@ def test_a_part_holding_nul_is_declined():
     assert tc.render([[b"a\0"], [b"\n"]], np.zeros(1, dtype=np.int64), [(tc.INT, np.array([1]))]) is None
 
 
+@pytest.mark.parametrize("values", [["g1", "g10", "", "g1", "transfer", "é", ""],   # <= 8 Latin-1 characters
+                                    ["optimizer", "a", "", "optimizer"],               # longer
+                                    ["\u0100", "x\u00ff", "", "\u0100"], []])            # beyond Latin-1, empty
+@pytest.mark.parametrize("likely", [(), ("", "transfer", "never")])
+def test_factorize_codes_every_row_by_its_value(values, likely):
+    a = np.array(values, dtype=str)
+    uniq, codes = tc.factorize(a, likely)
+    assert [uniq[c] for c in codes.tolist()] == a.tolist()
+    assert len(set(uniq)) == len(uniq)
+
+
 def test_factorize_and_combine_give_consistent_codes():
     a = np.array(["g1", "g10", "", "g1", "transfer", "é", ""])
     uniq, codes = tc.factorize(a)
-    assert [uniq[c] for c in codes.tolist()] == a.tolist()
     rep, combo = tc.combine([codes, np.array([0, 0, 5, 0, -1, 2, 5])])
     assert len(rep) == 5 and combo.tolist() == [combo[r] for r in rep[combo].tolist()]
     assert combo[0] == combo[3] and combo[2] == combo[6] and len(set(combo.tolist())) == 5
