@@ -261,7 +261,8 @@ def write_outputs(result, run_dir: Path, title: str | None = None,
     paths: dict[str, Path] = {"summary": run_dir / outputs.SUMMARY}  # listed first, written last
     if out.get("events", True):
         step("events.csv")
-        paths["events"] = outputs.write_with(run_dir / "events.csv", result.timeline.write_csv)
+        paths["events"] = outputs.write_with(run_dir / "events.csv",
+                                             lambda p: outputs.write_events_csv(result.timeline, p))
     # exactly what ran: re-run with scenario_file=<this>
     paths["scenario"] = outputs.write_text(run_dir / "scenario.yaml",
                                            _scenario_yaml(result.scenario.raw, catalog_overrides))

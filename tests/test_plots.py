@@ -207,6 +207,36 @@ def test_overlapping_events_get_their_own_lane(tmp_path):
     assert {"stage 0 (g0)", "stage 0 (g0) #2", "g0->g1", "g0->g1 #2", "stage 1 (g1)"} == names
 
 
+
+def odd_trace_timeline() -> Timeline:
+    """Overlaps (extra lanes), a cluster row, a transfer without ends, names JSON must escape, -1 ids."""
+    rows = {c: [] for c in COLUMNS}
+    for vals in (("compute", 0, 'g"0', 0, "F", 0.0, 4.0, "", "", 0),
+                 ("allreduce", 0, 'g"0', -1, "", 2.0, 6.0000001, "", "", 0),
+                 ("transfer", 0, 'g"0', 0, "F", 4.0, 8.123, 'g"0', "gé1", 0),
+                 ("transfer", 0, 'g"0', 1, "F", 5.0, 7.5, 'g"0', "gé1", 0),
+                 ("transfer", 1, "gé1", 1, "B", 7.5, 7.5, "", "", 0),
+                 ("failure", -1, "spare", -1, "", 1.0, 1000.25, "", "", -1),
+                 ("compute", 1, "gé1", 0, "F", 8.0, 12345.6789, "", "", 1)):
+        for c, v in zip(COLUMNS, vals):
+            rows[c].append(v)
+    return Timeline.from_rows(rows, stage_devices=['g"0', "gé1"], microbatches_per_iteration=1)
+
+
+@pytest.mark.parametrize("case", ["gpipe", "odd", "empty"])
+def test_chrome_trace_blocks_are_the_bytes_of_one_json_dumps_per_event(tmp_path, monkeypatch, case):
+    """The block formatter (hops.text_columns) against the plain writer it falls back to."""
+    import hops.chrome_trace
+
+    tl = {"gpipe": lambda: gpipe_timeline(5, 7), "odd": odd_trace_timeline,
+          "empty": lambda: Timeline.from_rows({c: [] for c in COLUMNS}, stage_devices=["a"],
+                                              microbatches_per_iteration=1)}[case]()
+    fast = write_chrome_trace(tl, tmp_path / "fast.json").read_bytes()
+    monkeypatch.setattr(hops.chrome_trace, "render", lambda *args, **kwargs: None)
+    assert write_chrome_trace(tl, tmp_path / "plain.json").read_bytes() == fast
+    assert len(load_trace(tmp_path / "fast.json")) >= len(tl)
+
+
 # ---------------------------------------------------------------- PNGs
 
 def assert_png(path):

@@ -29,6 +29,7 @@ NOT_MODEL = {
     "hops/sweep.py": "reports on finished runs",
     "hops/chrome_trace.py": "an output format of a finished timeline",
     "hops/outputs.py": "atomic writers and formats of finished results",
+    "hops/text_columns.py": "prints the columns of a finished timeline (events.csv, trace.json)",
     "hops/run_mlflow.py": "Hydra callback logging finished runs to MLflow",
     "hops/planner.py": "placement study helper; not imported by simulate",
     "hops/plots/__init__.py": "plots",
