@@ -13,18 +13,22 @@ iteration cannot take less than 6m + p - 1: device p - 1 receives its first inpu
 p - 1 chunk forwards and then has 6m units of work.
 
 Why a configure-time list schedule rather than a closed-form order: the paper draws ZB-V for
-one (p, m) and states its rules, not a formula for every p. HOPS follows those rules at unit
-times (each device, whenever idle: a ready B, else a forward if it holds fewer than 2p chunk
-activations, the returning chunk's first, else the W of the oldest finished B) and hands the
-resulting per-device order to the engine, which then runs it under real, jittered times like
-any fixed-order schedule. The activation cap is a property of the order, so it holds under
-any times. Two tie-breaks between ready B's are tried and the shorter one kept. What this
+one (p, m) and states its rules, not a formula for every p. HOPS follows those rules (each
+device, whenever idle: a ready B, else a forward if it holds fewer than 2p chunk
+activations, the returning chunk's first, else the W of the oldest finished B) once at unit
+times, the paper's setting, and once at the pipeline's expected chunk and message times,
+since a V over unequal devices or slow links needs another order; it keeps the order that
+replays shortest at the expected times (two tie-breaks between ready B's each) and hands it
+to the engine, which runs it under real, jittered times like any fixed-order schedule. The
+activation cap is a property of the order, so it holds under any times. At unit times what this
 reaches is checked in tests/test_virtual_stages.py: 6m + p - 1 exactly at p = 1, 2, 3, 4 and
 8 (m from 2p), and 1 to 4 units above it at the other depths up to 16, a constant that does
 not grow with m -- not the paper's exact zero bubble at every depth, which needs its
 hand-drawn order (not written down for general p).
 """
 from __future__ import annotations
+
+import heapq
 
 from .base import DeviceOrderScheduler, PipelineMeta
 
@@ -34,72 +38,122 @@ def v_placement(p: int) -> list[tuple[int, int]]:
     return [(k, 0) for k in range(p)] + [(p - 1 - k, 1) for k in range(p)]
 
 
-def unit_time_orders(p: int, m: int, b_first: int) -> tuple[int, list, list] | None:
-    """Per-device (chunk, phase, microbatch) orders of the rule above at unit times.
+def dev_of(k: int, p: int) -> int:
+    """The device that runs chunk k of 2p."""
+    return k if k < p else 2 * p - 1 - k
 
-    ``b_first`` is the chunk whose ready B wins when both are ready. Returns (makespan,
-    per-device peak chunk activations, orders), or None if the rule stalls.
+
+def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None):
+    """The rule above as an event-driven list schedule over the V, or a replay of fixed orders.
+
+    ``times``: (f, b, w, xfer) per virtual stage (xfer[k]: message time from chunk k to its
+    neighbours), default unit compute and free messages. ``b_first`` is the chunk whose ready
+    B wins when both are ready. With ``orders`` each device runs its given order instead of
+    choosing. Returns (makespan, per-device peak chunk activations, per-device orders of
+    (chunk, phase, microbatch)), or None if the rule stalls.
     """
-    n, cap, never = 2 * p, 2 * p, 1 << 60
-    f_end = [[never] * m for _ in range(n)]
-    b_end = [[never] * m for _ in range(n)]
+    n, cap, never = 2 * p, 2 * p, float("inf")
+    f, b, w, xfer = times if times is not None else ([1.0] * n, [1.0] * n, [1.0] * n, [0.0] * n)
+    f_at = [[never] * m for _ in range(n)]  # forward input available
+    b_at = [[never] * m for _ in range(n)]  # output gradient available (last chunk: its F done)
+    w_at = [[never] * m for _ in range(n)]  # B done
+    for j in range(m):
+        f_at[0][j] = 0.0
     nf, nb, nw = [0] * n, [0] * n, [0] * n
-    held, peak = [0] * p, [0] * p
-    orders: list[list[tuple[int, str, int]]] = [[] for _ in range(p)]
-    left, t = 3 * n * m, 0
-    while left:
-        started = []
-        for d in range(p):
-            ks = (d, n - 1 - d)  # chunk 0, chunk 1
-            task = None
-            for c in (b_first, 1 - b_first):
-                k = ks[c]
-                j = nb[k]
-                if j < m and f_end[k][j] <= t and (k == n - 1 or b_end[k + 1][j] <= t):
-                    task = (c, "B", j)
-                    break
-            if task is None and held[d] < cap:
-                for c in (1, 0):  # the returning chunk first: it unblocks the loss and the backward
-                    k = ks[c]
-                    j = nf[k]
-                    if j < m and (k == 0 or f_end[k - 1][j] <= t):
-                        task = (c, "F", j)
-                        break
-            if task is None:
-                best = None
-                for c in (0, 1):
-                    k = ks[c]
-                    j = nw[k]
-                    if j < nb[k] and b_end[k][j] <= t and (best is None or b_end[k][j] < best[0]):
-                        best = (b_end[k][j], c, j)
-                if best is not None:
-                    task = (best[1], "W", best[2])
-            if task is not None:
-                started.append((d, task))
-        if not started:
-            if t > 6 * m * p + 4 * p:  # nothing can ever start again
+    held, peak, busy = [0] * p, [0] * p, [False] * p
+    pos = [0] * p
+    out: list[list[tuple[int, str, int]]] = [[] for _ in range(p)]
+    heap: list = []
+    seq = 0
+    left, now = 3 * n * m, 0.0
+
+    def chunk_k(d: int, c: int) -> int:
+        return d if c == 0 else n - 1 - d
+
+    def pick(d: int, t: float):
+        if orders is not None:
+            if pos[d] >= len(orders[d]):
                 return None
-            t += 1
-            continue
-        for d, (c, ph, j) in started:
-            k = d if c == 0 else n - 1 - d
-            orders[d].append((c, ph, j))
+            c, ph, j = orders[d][pos[d]]
+            k = chunk_k(d, c)
+            ready = f_at if ph == "F" else b_at if ph == "B" else w_at
+            return (c, ph, j) if ready[k][j] <= t else None
+        for c in (b_first, 1 - b_first):
+            k = chunk_k(d, c)
+            if nb[k] < m and b_at[k][nb[k]] <= t:
+                return c, "B", nb[k]
+        if held[d] < cap:
+            for c in (1, 0):  # the returning chunk first: it unblocks the loss and the backward
+                k = chunk_k(d, c)
+                if nf[k] < m and f_at[k][nf[k]] <= t:
+                    return c, "F", nf[k]
+        best = None
+        for c in (0, 1):
+            k = chunk_k(d, c)
+            j = nw[k]
+            if j < nb[k] and w_at[k][j] <= t and (best is None or w_at[k][j] < best[0]):
+                best = (w_at[k][j], c, j)
+        return None if best is None else (best[1], "W", best[2])
+
+    def start(d: int, t: float) -> None:
+        nonlocal seq
+        task = pick(d, t)
+        if task is None:
+            return
+        c, ph, j = task
+        k = chunk_k(d, c)
+        out[d].append(task)
+        pos[d] += 1
+        busy[d] = True
+        if ph == "F":
+            nf[k] += 1
+            held[d] += 1
+            peak[d] = max(peak[d], held[d])
+            dur = f[k]
+        elif ph == "B":
+            nb[k] += 1
+            dur = b[k]
+        else:
+            nw[k] += 1
+            dur = w[k]
+        seq += 1
+        heapq.heappush(heap, (t + dur, seq, d, (k, ph, j)))
+
+    for d in range(p):
+        start(d, 0.0)
+    while heap:
+        now = heap[0][0]
+        wake = set()
+        while heap and heap[0][0] == now:  # every event at this instant lands before anyone chooses
+            _, _, d, task = heapq.heappop(heap)
+            if task is None:
+                wake.add(d)
+                continue
+            k, ph, j = task
+            busy[d] = False
             left -= 1
+            wake.add(d)
             if ph == "F":
-                f_end[k][j] = t + 1
-                nf[k] += 1
-                held[d] += 1
-                peak[d] = max(peak[d], held[d])
+                if k == n - 1:
+                    b_at[k][j] = now
+                else:
+                    f_at[k + 1][j] = now + xfer[k]
+                    seq += 1
+                    heapq.heappush(heap, (now + xfer[k], seq, dev_of(k + 1, p), None))
             elif ph == "B":
-                b_end[k][j] = t + 1
-                nb[k] += 1
+                w_at[k][j] = now
+                if k > 0:
+                    b_at[k - 1][j] = now + xfer[k - 1]
+                    seq += 1
+                    heapq.heappush(heap, (now + xfer[k - 1], seq, dev_of(k - 1, p), None))
             else:
-                nw[k] += 1
-        for d, (_, ph, _) in started:
-            if ph == "W":  # released when the W ends, i.e. before the next step's forwards
                 held[d] -= 1
-        t += 1
-    return t, peak, orders
+        for d in sorted(wake):
+            if not busy[d]:
+                start(d, now)
+    if left:
+        return None
+    return now, peak, out
 
 
 class ZBV(DeviceOrderScheduler):
@@ -118,8 +172,20 @@ class ZBV(DeviceOrderScheduler):
 
     def configure(self, meta: PipelineMeta) -> None:
         p, m = meta.n_stages // 2, meta.n_microbatches
-        runs = [r for r in (unit_time_orders(p, m, 1), unit_time_orders(p, m, 0)) if r is not None]
-        self.unit_makespan, self.unit_peak, self._orders = min(runs, key=lambda r: (r[0], max(r[1])))
+        n = 2 * p
+        xfer = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
+        expected = (list(meta.f), list(meta.b), list(meta.w), xfer)
+        # The rule at unit times (the paper's setting) and at the pipeline's expected times (a
+        # heterogeneous or communication-bound V needs a different order); keep whichever runs
+        # shorter at the expected times. Both hold at most 2p chunk activations per device.
+        candidates = []
+        for times in (None, expected):
+            for b_first in (1, 0):
+                r = list_schedule(p, m, times, b_first)
+                if r is not None:
+                    replay = list_schedule(p, m, expected, orders=r[2])
+                    candidates.append((replay[0], max(r[1]), len(candidates), r[2]))
+        _, _, _, self._orders = min(candidates)
         super().configure(meta)
 
     def device_order(self, d: int, p: int, v: int, m: int) -> list[tuple[int, str, int]]:
