@@ -13,18 +13,19 @@ iteration cannot take less than 6m + p - 1: device p - 1 receives its first inpu
 p - 1 chunk forwards and then has 6m units of work.
 
 Why a configure-time list schedule rather than a closed-form order: the paper draws ZB-V for
-one (p, m) and states its rules, not a formula for every p. HOPS follows those rules (each
-device, whenever idle: a ready B, else a forward if it holds fewer than 2p chunk
-activations, the returning chunk's first, else the W of the oldest finished B) once at unit
-times, the paper's setting, and once at the pipeline's expected chunk and message times,
-since a V over unequal devices or slow links needs another order; it keeps the order that
-replays shortest at the expected times (two tie-breaks between ready B's each) and hands it
-to the engine, which runs it under real, jittered times like any fixed-order schedule. The
-activation cap is a property of the order, so it holds under any times. At unit times what this
-reaches is checked in tests/test_virtual_stages.py: 6m + p - 1 exactly at p = 1, 2, 3, 4 and
-8 (m from 2p), and 1 to 4 units above it at the other depths up to 16, a constant that does
-not grow with m -- not the paper's exact zero bubble at every depth, which needs its
-hand-drawn order (not written down for general p).
+one (p, m) and states its rules, not a formula for every p. HOPS runs those rules as a list
+schedule -- each device, whenever idle: a ready B; else the returning (second) chunk's
+forward if the device holds fewer than 2p chunk activations; else a W or a new microbatch's
+first-chunk forward, in one of two orders (a new forward first, or the W's first so some are
+left to fill the drain) -- with both tie-breaks between two ready B's, once at unit times,
+the paper's setting, and once at the pipeline's expected chunk and message times, since a V
+over unequal devices or slow links needs another order. It keeps the order that replays
+shortest at the expected times and hands it to the engine, which runs it under real,
+jittered times like any fixed-order schedule. The activation cap is a property of the order,
+so it holds under any times. At unit times (tests/test_virtual_stages.py) this reaches
+6m + p - 1 whenever p divides m, at every depth tested (up to 16), and at every m >= 2p for
+p = 1-4 and 8; otherwise it is 1 to 4 units above it, a constant that does not grow with m --
+short of the paper's hand-drawn order, which is not written down for general p and m.
 """
 from __future__ import annotations
 
@@ -43,12 +44,14 @@ def dev_of(k: int, p: int) -> int:
     return k if k < p else 2 * p - 1 - k
 
 
-def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None):
+def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_first: bool = False):
     """The rule above as an event-driven list schedule over the V, or a replay of fixed orders.
 
     ``times``: (f, b, w, xfer) per virtual stage (xfer[k]: message time from chunk k to its
     neighbours), default unit compute and free messages. ``b_first`` is the chunk whose ready
-    B wins when both are ready. With ``orders`` each device runs its given order instead of
+    B wins when both are ready; ``w_first`` puts pending W's before starting a new microbatch
+    (a first-chunk forward), which keeps the W's that fill the drain. With ``orders`` each
+    device runs its given order instead of
     choosing. Returns (makespan, per-device peak chunk activations, per-device orders of
     (chunk, phase, microbatch)), or None if the rule stalls.
     """
@@ -82,18 +85,22 @@ def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None):
             k = chunk_k(d, c)
             if nb[k] < m and b_at[k][nb[k]] <= t:
                 return c, "B", nb[k]
-        if held[d] < cap:
-            for c in (1, 0):  # the returning chunk first: it unblocks the loss and the backward
-                k = chunk_k(d, c)
-                if nf[k] < m and f_at[k][nf[k]] <= t:
-                    return c, "F", nf[k]
+        k = chunk_k(d, 1)  # the returning chunk's forward first: it unblocks the loss and the backward
+        if held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t:
+            return 1, "F", nf[k]
+        k = chunk_k(d, 0)
+        new = held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t
+        if new and not w_first:
+            return 0, "F", nf[k]
         best = None
-        for c in (0, 1):
+        for c in (0, 1):  # the oldest finished B's W; with w_first, the first chunk's W first
             k = chunk_k(d, c)
             j = nw[k]
-            if j < nb[k] and w_at[k][j] <= t and (best is None or w_at[k][j] < best[0]):
+            if j < nb[k] and w_at[k][j] <= t and (best is None or (not w_first and w_at[k][j] < best[0])):
                 best = (w_at[k][j], c, j)
-        return None if best is None else (best[1], "W", best[2])
+        if best is not None:
+            return best[1], "W", best[2]
+        return (0, "F", nf[chunk_k(d, 0)]) if new else None
 
     def start(d: int, t: float) -> None:
         nonlocal seq
@@ -180,11 +187,12 @@ class ZBV(DeviceOrderScheduler):
         # shorter at the expected times. Both hold at most 2p chunk activations per device.
         candidates = []
         for times in (None, expected):
-            for b_first in (1, 0):
-                r = list_schedule(p, m, times, b_first)
-                if r is not None:
-                    replay = list_schedule(p, m, expected, orders=r[2])
-                    candidates.append((replay[0], max(r[1]), len(candidates), r[2]))
+            for w_first in (False, True):
+                for b_first in (1, 0):
+                    r = list_schedule(p, m, times, b_first, w_first=w_first)
+                    if r is not None:
+                        replay = list_schedule(p, m, expected, orders=r[2])
+                        candidates.append((replay[0], max(r[1]), len(candidates), r[2]))
         _, _, _, self._orders = min(candidates)
         super().configure(meta)
 
