@@ -18,13 +18,16 @@ from hops.schedulers import PipelineMeta, available, resolve_scheduler
 from hops.schedulers import hetero_search
 
 
-def meta(p: int, m: int, seed: int = 0) -> PipelineMeta:
+def meta(p: int, m: int, seed: int = 0, v: int = 1) -> PipelineMeta:
+    """p stages; with v > 1, p * v virtual stages (chunks of half the time) over the p devices."""
     rng = np.random.default_rng(seed)
-    f = rng.uniform(5, 15, p)
-    b = f * rng.uniform(0.9, 1.2, p)
-    w = f * rng.uniform(0.6, 1.0, p)
-    return PipelineMeta(p, m, f.tolist(), b.tolist(), w.tolist(), (b + w * 0.9).tolist(),
-                        [f"d{i}" for i in range(p)], rng.uniform(0.2, 1.0, p).tolist())
+    n = p * v
+    f = rng.uniform(5, 15, n) / v
+    b = f * rng.uniform(0.9, 1.2, n)
+    w = f * rng.uniform(0.6, 1.0, n)
+    return PipelineMeta(n, m, f.tolist(), b.tolist(), w.tolist(), (b + w * 0.9).tolist(),
+                        [f"d{i % p}" for i in range(n)], rng.uniform(0.2, 1.0, n).tolist(),
+                        stage_of=[i % p for i in range(n)] if v > 1 else (), virtual_stages=v)
 
 
 def main() -> None:
@@ -33,10 +36,14 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=16)
     ap.add_argument("--microbatches", type=int, default=64)
     args = ap.parse_args()
-    mt = meta(args.stages, args.microbatches)
     print(f"configure time, {args.stages} stages x {args.microbatches} microbatches (median of {args.repeats})")
     for name in available():
         wall, cpu = [], []
+        mt = meta(args.stages, args.microbatches)
+        try:
+            resolve_scheduler(name).placement(args.stages, 1)
+        except ValueError:  # a chunked schedule (zb_v): 2 chunks per stage
+            mt = meta(args.stages, args.microbatches, v=2)
         for _ in range(args.repeats):
             hetero_search._CACHE.clear()
             sched = resolve_scheduler(name)()

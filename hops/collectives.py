@@ -30,15 +30,19 @@ def data_parallel_allreduce_ms(scenario, catalog) -> list[float]:
     return [2 * (d - 1) * (lat + st.weights_mb / bw) for st in scenario.stages]
 
 
-def tied_embedding_sync_ms(scenario, catalog, topology) -> float:
+def tied_embedding_sync_ms(scenario, catalog, topology, first: str | None = None, last: str | None = None) -> float:
     """Time of the first<->last stage embedding-gradient all-reduce, 0 when it does not happen.
 
     It happens when the pipeline has more than one stage on different devices, the model
     shape is known and the embeddings are tied (scenario `pipeline.model.tied_embeddings`,
-    else the model constant `tied_embeddings`).
+    else the model constant `tied_embeddings`). ``first`` / ``last``: the devices that run the
+    first and the last model chunk when the schedule places them (ZB-V puts both on the
+    first stage's device, so the tied weights need no all-reduce); default the first and last
+    stage's devices.
     """
     tied = scenario.tied_embeddings if scenario.tied_embeddings is not None else catalog.model["tied_embeddings"]
-    first, last = scenario.stages[0].device, scenario.stages[-1].device
+    first = scenario.stages[0].device if first is None else first
+    last = scenario.stages[-1].device if last is None else last
     if not tied or scenario.n_stages < 2 or first == last or not scenario.hidden_dim:
         return 0.0
     vocab = scenario.vocab_size or catalog.model["vocab_size"]

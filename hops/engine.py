@@ -166,9 +166,9 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     # distribution when it gives one, else the model constant.
     host = (draw(scenario.host_overhead, rngs["host"], iters).tolist() if scenario.host_overhead is not None
             else [float(catalog.model["iteration_overhead_ms"])] * iters)
-    opt_ms = _optimizer_ms(scenario, compute, catalog)
+    opt_ms = _optimizer_ms(scenario, compute, catalog, ends=(phys[0], phys[-1]))
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
-    sync_ms = tied_embedding_sync_ms(scenario, catalog, topo)
+    sync_ms = tied_embedding_sync_ms(scenario, catalog, topo, stage_dev[0], stage_dev[-1])
 
     n_phys = scenario.n_stages
     record = Record(n_phys)
@@ -214,13 +214,16 @@ def split_modes(value, p: int, name: str = "?") -> list[int]:
     return out
 
 
-def _optimizer_ms(scenario, compute: ComputeModel, catalog) -> list[float]:
+def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[float]:
     """Optimizer step per stage: given, or the step's HBM traffic over memory bandwidth.
 
     The traffic comes from the stage's parameter count when the model shape is known
-    (transformer layers, plus the word embeddings on the first stage and the LM head on
-    the last), at `optimizer_step_bytes_per_param`; otherwise from weights_mb.
+    (transformer layers, plus the word embeddings on the stage that runs the first model
+    chunk and the LM head on the one that runs the last: the first and last stage, or only
+    the first under ZB-V's V placement), at `optimizer_step_bytes_per_param`; otherwise
+    from weights_mb.
     """
+    ends = (0, scenario.n_stages - 1) if ends is None else ends
     if not scenario.optimizer_enabled:
         return [0.0] * scenario.n_stages
     if scenario.optimizer_step_ms is not None:
@@ -231,7 +234,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog) -> list[float]:
         if scenario.hidden_dim and e.layers:
             h = scenario.hidden_dim
             params = e.layers * 12 * h * h
-            if i in (0, scenario.n_stages - 1):
+            if i in ends:
                 params += (scenario.vocab_size or m["vocab_size"]) * h
             traffic_mb = params * m["optimizer_step_bytes_per_param"] / 1e6
         else:

@@ -95,3 +95,139 @@ def test_activation_memory_counts_chunks_at_1_over_v_of_the_stage():
         fixed = one.summary["peak_memory_mb"][dev] - one.summary["peak_in_flight"][i] * act
         held = two.summary["peak_in_flight"][i] * act / 2  # chunk-microbatches, half a stage each
         assert two.summary["peak_memory_mb"][dev] == pytest.approx(fixed + held)
+
+
+# ----------------------------------------------------------------------------- ZB-V
+def zbv(p, m, f=1.0, b=1.0, w=1.0, **kw):
+    """ZB-V at chunk times F = f, B = b, W = w: the whole stage (two chunks) takes twice that."""
+    sc = pipeline(p, m, f=2 * f, b=2 * (b + w), split=b / (b + w), schedule="zb_v", **kw)
+    sc["pipeline"]["virtual_stages"] = 2
+    return sc
+
+
+# the flush bound is reached at every depth when p divides m, and at any m >= 2p for p = 1-4, 8
+EXACT = [(1, 3), (2, 4), (2, 7), (3, 6), (3, 11), (4, 8), (4, 9), (4, 16), (8, 16), (8, 21), (8, 32),
+         (5, 5), (5, 10), (6, 18), (7, 14), (9, 27), (12, 24), (16, 16), (16, 32)]
+
+
+@pytest.mark.parametrize("p,m", EXACT)
+def test_zb_v_takes_6m_plus_p_minus_1_chunk_units_at_unit_times(p, m):
+    """Each device has 2 chunks x m microbatches x (F, B, W) = 6m units; under the flush the
+    last device receives its first input after p - 1 chunk forwards, so one iteration cannot
+    beat 6m + p - 1. 1F1B on the same whole stages (2 units per phase) takes 2 x 3(m + p - 1)
+    and ZB-H1 2(3m + p - 1)."""
+    s = hops.simulate(zbv(p, m)).summary
+    assert s["makespan_ms"] == pytest.approx(6 * m + p - 1, abs=1e-6)
+    assert s["bubble_ratio"] == pytest.approx((p - 1) / (6 * m + p - 1), abs=1e-9)
+    if p > 1:
+        zb_h1 = hops.simulate(pipeline(p, m, f=2.0, b=4.0, split=0.5, schedule="zb_h1")).summary["makespan_ms"]
+        assert zb_h1 == pytest.approx(2 * (3 * m + p - 1), abs=1e-6)
+
+
+@pytest.mark.parametrize("p", [5, 6, 7, 9, 10, 12, 16])
+def test_zb_v_stays_within_4_units_of_the_flush_bound_when_p_does_not_divide_m(p):
+    """There the unit-time rules miss 6m + p - 1 by a few chunk units, a constant that does
+    not grow with m (the paper's hand-drawn order is exact; see zb_v.py)."""
+    for m in (2 * p + 1, 3 * p - 1, 4 * p + 3):
+        span = hops.simulate(zbv(p, m)).summary["makespan_ms"]
+        assert 6 * m + p - 1 - 1e-6 <= span <= 6 * m + p - 1 + 4 + 1e-6
+
+
+@pytest.mark.parametrize("p,m", EXACT + [(5, 11), (6, 13), (16, 37), (4, 3), (8, 5)])
+def test_zb_v_holds_1f1b_peak_activations_on_every_device(p, m):
+    """2p chunk activations of half a stage each = 1F1B's p whole-stage microbatches (its
+    first stage's peak), on every device; fewer when m < p."""
+    zb = hops.simulate(zbv(p, m)).summary["peak_in_flight"]  # chunk-microbatches
+    ofob = hops.simulate(pipeline(p, m, schedule="1f1b")).summary["peak_in_flight"]  # whole-stage microbatches
+    assert max(zb) == 2 * max(ofob) == 2 * min(p, m) or m < p
+    assert all(peak <= 2 * p for peak in zb)
+    if m >= p:
+        assert zb == [2 * p] * p
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_zb_v_runs_every_weight_gradient_exactly_once_under_jitter(seed):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    p, m = int(rng.integers(2, 7)), int(rng.integers(1, 20))
+    per = [(float(rng.uniform(0.5, 5)), float(rng.uniform(0.5, 10))) for _ in range(p)]
+    sc = pipeline(p, m, schedule="zb_v", per_stage=per, hop_ms=float(rng.uniform(0, 1)), jitter=0.2, batches=2,
+                  seed=seed, split=0.5)
+    sc["pipeline"]["virtual_stages"] = 2
+    r = hops.simulate(sc)
+    tl = r.timeline
+    comp = tl.kind == "compute"
+    for phase in ("F", "B", "W"):
+        sel = comp & (tl.phase == phase)
+        keys = list(zip(tl.stage[sel].tolist(), tl.microbatch[sel].tolist()))
+        assert len(keys) == 2 * p * 2 * m and all(keys.count(k) == 2 for k in set(keys))  # once per chunk
+    assert not (comp & (tl.phase == "BW")).any()
+    assert all(peak <= 2 * p for peak in r.summary["peak_in_flight"])
+    for s in range(p):  # one task at a time per device
+        sel = comp & (tl.stage == s)
+        order = np.argsort(tl.start_ms[sel], kind="stable")
+        assert (tl.start_ms[sel][order][1:] >= tl.end_ms[sel][order][:-1] - 1e-9).all()
+
+
+@pytest.mark.parametrize("p,m", [(3, 6), (4, 9)])
+def test_zb_v_runs_each_microbatch_down_and_back_up_the_devices(p, m):
+    """Chunk k of 2p runs on device k for k < p, else on device 2p - 1 - k: a microbatch's
+    forwards visit devices 0..p-1 then p-1..0 (chunks 0..2p-1); its B's the reverse chunks,
+    which is the same device sequence; each W after its own B."""
+    tl = hops.simulate(zbv(p, m, b=1.3, w=0.7)).timeline
+    comp = tl.kind == "compute"
+    v = list(range(p)) + list(range(p - 1, -1, -1))
+    for j in range(m):
+        for phase in ("F", "B"):
+            sel = comp & (tl.microbatch == j) & (tl.phase == phase)
+            order = tl.stage[sel][tl.start_ms[sel].argsort(kind="stable")].tolist()
+            assert order == v
+        b_sel = comp & (tl.microbatch == j) & (tl.phase == "B")
+        f_sel = comp & (tl.microbatch == j) & (tl.phase == "F")
+        assert tl.start_ms[b_sel].min() >= tl.end_ms[f_sel].max() - 1e-9  # the last chunk's F before any B
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (8, 16)])
+def test_zb_v_sends_twice_1f1bs_pipeline_messages(p, m):
+    """2p - 1 chunk boundaries, one of them (chunk p-1 -> p) inside device p - 1: 2(p - 1)
+    messages each way per microbatch, against 1F1B's p - 1."""
+    tl = hops.simulate(zbv(p, m)).timeline
+    ofob = hops.simulate(pipeline(p, m, schedule="1f1b")).timeline
+    n, n1 = int((tl.kind == "transfer").sum()), int((ofob.kind == "transfer").sum())
+    assert n1 == 2 * (p - 1) * m
+    assert n == 2 * n1 == 4 * (p - 1) * m
+
+
+def test_zb_v_needs_two_chunks_per_stage_and_says_which_field():
+    sc = zbv(4, 8)
+    sc["pipeline"]["virtual_stages"] = 1
+    with pytest.raises(hops.HopsError, match=r"pipeline.virtual_stages: schedule 'zb_v' runs 2 model chunks"):
+        hops.simulate(sc)
+
+
+def analytical_v(schedule, p=3):
+    sc = {"simulation": {"batches": 1, "microbatches": 2 * p},
+          "pipeline": {"schedule": schedule, "virtual_stages": 2 if schedule == "zb_v" else 1,
+                       "model": {"hidden_dim": 2048, "seq_len": 2048},
+                       "stages": [{"device": f"g{i}", "weights_mb": 1000,
+                                   "compute": {"mode": "analytical", "tflop": 4.0, "memory_mb": 1000}}
+                                  for i in range(p)]},
+          "hardware": {"devices": [{"id": f"g{i}", "gpu": "a100", "node": f"n{i}"} for i in range(p)],
+                       "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}},
+          "optimizer": {"enabled": True}}
+    return hops.simulate(sc)
+
+
+def test_zb_v_puts_embedding_and_lm_head_on_device_0_and_needs_no_tied_embedding_all_reduce():
+    v, one = analytical_v("zb_v"), analytical_v("zb_h1")
+    chunks = v.extras["chunks"]  # V order: (g0,c0) (g1,c0) (g2,c0) (g2,c1) (g1,c1) (g0,c1)
+    mid = chunks[1]
+    assert chunks[0].f - mid.f == pytest.approx(2.0)  # embedding overhead: the first chunk, on g0
+    assert chunks[-1].f > chunks[0].f  # LM head: the last chunk, also on g0
+    assert all(c.f == pytest.approx(mid.f) for c in chunks[1:-1])  # g1 and g2 carry neither
+    ar = lambda r: r.timeline.kind == "allreduce"
+    assert ar(one).any() and not ar(v).any()  # tied embedding and head share g0: nothing to all-reduce
+    opt = lambda r, s: float(r.timeline.end_ms[(r.timeline.phase == "OPT") & (r.timeline.stage == s)][0]
+                             - r.timeline.start_ms[(r.timeline.phase == "OPT") & (r.timeline.stage == s)][0])
+    assert opt(v, 0) == pytest.approx(opt(one, 0))  # g0 steps the (tied) vocabulary matrix
+    assert opt(v, 2) < opt(one, 2) and opt(v, 2) == pytest.approx(opt(one, 1))  # g2 no longer does

@@ -8,9 +8,10 @@ from .classic import GPipe, OneFOneB
 from .hetero_search import HeteroSearch
 from .hops_hetero import HopsHetero
 from .interleaved import Interleaved1F1B
+from .zb_v import ZBV
 from .zero_bubble import ZBH1, ZBH2, GreedyZeroBubble, ZeroBubble
 
-_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, Interleaved1F1B,
+_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, ZBV, Interleaved1F1B,
                                                                    HopsHetero, HeteroSearch)}
 _REGISTRY["zero_bubble"] = GreedyZeroBubble  # becomes ZB-H1 when calibration iteration 19 lands
 
@@ -42,5 +43,5 @@ def resolve_scheduler(name: str) -> type[Scheduler]:
 
 
 __all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",
-           "available", "resolve_scheduler", "DeviceOrderScheduler", "GPipe", "OneFOneB", "Interleaved1F1B", "ZBH1", "ZBH2", "ZeroBubble", "HopsHetero",
+           "available", "resolve_scheduler", "DeviceOrderScheduler", "GPipe", "OneFOneB", "Interleaved1F1B", "ZBH1", "ZBH2", "ZBV", "ZeroBubble", "HopsHetero",
            "HeteroSearch"]

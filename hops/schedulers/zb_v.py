@@ -1,0 +1,200 @@
+"""ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Section 6; the V-ZB
+schedule of "Pipeline Parallelism with Controllable Memory", NeurIPS 2024).
+
+The model is cut into 2p chunks and device d holds chunks d and 2p - 1 - d, so a microbatch's
+forward runs down the devices and back up (a V), and its backward does the same in reverse;
+the first and the last chunk, embedding and LM head, both sit on device 0. Backward is split
+into B and W as in ZB-H1. The paper's claims, in chunk units (one chunk's F = B = W = 1, no
+communication cost): every device holds at most 2p chunk activations of half a stage each,
+i.e. 1F1B's p whole-stage microbatches, on every device rather than only on the first; each
+microbatch crosses 4(p - 1) device boundaries, twice 1F1B's; and once m >= 2p there is no
+bubble in the steady state. Under Megatron's per-iteration flush, which HOPS models, one
+iteration cannot take less than 6m + p - 1: device p - 1 receives its first input after
+p - 1 chunk forwards and then has 6m units of work.
+
+Why a configure-time list schedule rather than a closed-form order: the paper draws ZB-V for
+one (p, m) and states its rules, not a formula for every p. HOPS runs those rules as a list
+schedule -- each device, whenever idle: a ready B; else the returning (second) chunk's
+forward if the device holds fewer than 2p chunk activations; else a W or a new microbatch's
+first-chunk forward, in one of two orders (a new forward first, or the W's first so some are
+left to fill the drain) -- with both tie-breaks between two ready B's, once at unit times,
+the paper's setting, and once at the pipeline's expected chunk and message times, since a V
+over unequal devices or slow links needs another order. It keeps the order that replays
+shortest at the expected times and hands it to the engine, which runs it under real,
+jittered times like any fixed-order schedule. The activation cap is a property of the order,
+so it holds under any times. At unit times (tests/test_virtual_stages.py) this reaches
+6m + p - 1 whenever p divides m, at every depth tested (up to 16), and at every m >= 2p for
+p = 1-4 and 8; otherwise it is 1 to 4 units above it, a constant that does not grow with m --
+short of the paper's hand-drawn order, which is not written down for general p and m.
+"""
+from __future__ import annotations
+
+import heapq
+
+from .base import DeviceOrderScheduler, PipelineMeta
+
+
+def v_placement(p: int) -> list[tuple[int, int]]:
+    """(device, chunk) of each of the 2p model chunks: down the devices, then back up."""
+    return [(k, 0) for k in range(p)] + [(p - 1 - k, 1) for k in range(p)]
+
+
+def dev_of(k: int, p: int) -> int:
+    """The device that runs chunk k of 2p."""
+    return k if k < p else 2 * p - 1 - k
+
+
+def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_first: bool = False):
+    """The rule above as an event-driven list schedule over the V, or a replay of fixed orders.
+
+    ``times``: (f, b, w, xfer) per virtual stage (xfer[k]: message time from chunk k to its
+    neighbours), default unit compute and free messages. ``b_first`` is the chunk whose ready
+    B wins when both are ready; ``w_first`` puts pending W's before starting a new microbatch
+    (a first-chunk forward), which keeps the W's that fill the drain. With ``orders`` each
+    device runs its given order instead of
+    choosing. Returns (makespan, per-device peak chunk activations, per-device orders of
+    (chunk, phase, microbatch)), or None if the rule stalls.
+    """
+    n, cap, never = 2 * p, 2 * p, float("inf")
+    f, b, w, xfer = times if times is not None else ([1.0] * n, [1.0] * n, [1.0] * n, [0.0] * n)
+    f_at = [[never] * m for _ in range(n)]  # forward input available
+    b_at = [[never] * m for _ in range(n)]  # output gradient available (last chunk: its F done)
+    w_at = [[never] * m for _ in range(n)]  # B done
+    for j in range(m):
+        f_at[0][j] = 0.0
+    nf, nb, nw = [0] * n, [0] * n, [0] * n
+    held, peak, busy = [0] * p, [0] * p, [False] * p
+    pos = [0] * p
+    out: list[list[tuple[int, str, int]]] = [[] for _ in range(p)]
+    heap: list = []
+    seq = 0
+    left, now = 3 * n * m, 0.0
+
+    def chunk_k(d: int, c: int) -> int:
+        return d if c == 0 else n - 1 - d
+
+    def pick(d: int, t: float):
+        if orders is not None:
+            if pos[d] >= len(orders[d]):
+                return None
+            c, ph, j = orders[d][pos[d]]
+            k = chunk_k(d, c)
+            ready = f_at if ph == "F" else b_at if ph == "B" else w_at
+            return (c, ph, j) if ready[k][j] <= t else None
+        for c in (b_first, 1 - b_first):
+            k = chunk_k(d, c)
+            if nb[k] < m and b_at[k][nb[k]] <= t:
+                return c, "B", nb[k]
+        k = chunk_k(d, 1)  # the returning chunk's forward first: it unblocks the loss and the backward
+        if held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t:
+            return 1, "F", nf[k]
+        k = chunk_k(d, 0)
+        new = held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t
+        if new and not w_first:
+            return 0, "F", nf[k]
+        best = None
+        for c in (0, 1):  # the oldest finished B's W; with w_first, the first chunk's W first
+            k = chunk_k(d, c)
+            j = nw[k]
+            if j < nb[k] and w_at[k][j] <= t and (best is None or (not w_first and w_at[k][j] < best[0])):
+                best = (w_at[k][j], c, j)
+        if best is not None:
+            return best[1], "W", best[2]
+        return (0, "F", nf[chunk_k(d, 0)]) if new else None
+
+    def start(d: int, t: float) -> None:
+        nonlocal seq
+        task = pick(d, t)
+        if task is None:
+            return
+        c, ph, j = task
+        k = chunk_k(d, c)
+        out[d].append(task)
+        pos[d] += 1
+        busy[d] = True
+        if ph == "F":
+            nf[k] += 1
+            held[d] += 1
+            peak[d] = max(peak[d], held[d])
+            dur = f[k]
+        elif ph == "B":
+            nb[k] += 1
+            dur = b[k]
+        else:
+            nw[k] += 1
+            dur = w[k]
+        seq += 1
+        heapq.heappush(heap, (t + dur, seq, d, (k, ph, j)))
+
+    for d in range(p):
+        start(d, 0.0)
+    while heap:
+        now = heap[0][0]
+        wake = set()
+        while heap and heap[0][0] == now:  # every event at this instant lands before anyone chooses
+            _, _, d, task = heapq.heappop(heap)
+            if task is None:
+                wake.add(d)
+                continue
+            k, ph, j = task
+            busy[d] = False
+            left -= 1
+            wake.add(d)
+            if ph == "F":
+                if k == n - 1:
+                    b_at[k][j] = now
+                else:
+                    f_at[k + 1][j] = now + xfer[k]
+                    seq += 1
+                    heapq.heappush(heap, (now + xfer[k], seq, dev_of(k + 1, p), None))
+            elif ph == "B":
+                w_at[k][j] = now
+                if k > 0:
+                    b_at[k - 1][j] = now + xfer[k - 1]
+                    seq += 1
+                    heapq.heappush(heap, (now + xfer[k - 1], seq, dev_of(k - 1, p), None))
+            else:
+                held[d] -= 1
+        for d in sorted(wake):
+            if not busy[d]:
+                start(d, now)
+    if left:
+        return None
+    return now, peak, out
+
+
+class ZBV(DeviceOrderScheduler):
+    """ZB-V: 1F1B's activation memory on every device, for twice the pipeline messages."""
+
+    name = "zb_v"
+    option_names = ()
+    split_backward = True
+
+    @classmethod
+    def placement(cls, p: int, v: int) -> list[tuple[int, int]]:
+        if v != 2:
+            raise ValueError(f"schedule 'zb_v' runs 2 model chunks per stage in a V; set pipeline.virtual_stages: 2 "
+                             f"(got {v})")
+        return v_placement(p)
+
+    def configure(self, meta: PipelineMeta) -> None:
+        p, m = meta.n_stages // 2, meta.n_microbatches
+        n = 2 * p
+        xfer = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
+        expected = (list(meta.f), list(meta.b), list(meta.w), xfer)
+        # The rule at unit times (the paper's setting) and at the pipeline's expected times (a
+        # heterogeneous or communication-bound V needs a different order); keep whichever runs
+        # shorter at the expected times. Both hold at most 2p chunk activations per device.
+        candidates = []
+        for times in (None, expected):
+            for w_first in (False, True):
+                for b_first in (1, 0):
+                    r = list_schedule(p, m, times, b_first, w_first=w_first)
+                    if r is not None:
+                        replay = list_schedule(p, m, expected, orders=r[2])
+                        candidates.append((replay[0], max(r[1]), len(candidates), r[2]))
+        _, _, _, self._orders = min(candidates)
+        super().configure(meta)
+
+    def device_order(self, d: int, p: int, v: int, m: int) -> list[tuple[int, str, int]]:
+        return self._orders[d]
