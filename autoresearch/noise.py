@@ -129,10 +129,6 @@ class Noise:
         return out
 
 
-def _measured(fixture) -> scoring.Side:
-    return scoring.side_of(load_trace(fixture.path))
-
-
 def _numbers_as_floats(v):
     """128 and 128.0 are the same value in a scenario."""
     if isinstance(v, dict):
@@ -165,8 +161,10 @@ def executed_order(tl: Timeline) -> tuple:
     return tuple(out)
 
 
-def _twins(train: list, sides: dict, out: Noise) -> None:
-    """Group train runs by job; pair each with its group's reference when the executed orders agree."""
+def _twins(train: list, side, out: Noise) -> None:
+    """Group train runs by job; pair each with its group's reference when the executed orders agree.
+
+    ``side(fixture, timeline)`` measures a run once per `noise` call."""
     groups: dict[str, list] = {}
     for f in train:
         groups.setdefault(job_key(f.scenario_doc), []).append(f)
@@ -177,15 +175,15 @@ def _twins(train: list, sides: dict, out: Noise) -> None:
         ref = next((f for f in members if (f.scenario_doc.get("pipeline") or {}).get("schedule") == "1f1b"),
                    members[0])
         ref_tl = load_trace(ref.path)
-        sr = sides.setdefault(ref.id, scoring.side_of(ref_tl))
+        ref_order, sr = executed_order(ref_tl), side(ref, ref_tl)
         for f in members:
             if f is ref:
                 continue
             tl = load_trace(f.path)
-            if executed_order(tl) != executed_order(ref_tl):
+            if executed_order(tl) != ref_order:
                 out.not_twins.append((ref.id, f.id))
                 continue
-            so = sides.setdefault(f.id, scoring.side_of(tl))
+            so = side(f, tl)
             out.twins.append(Twin(config_key(ref.id), ref.id, f.id, sr.throughput_per_s, so.throughput_per_s,
                                   sr.bubble_ratio, so.bubble_ratio))
 
@@ -201,14 +199,20 @@ def noise(root=None) -> Noise:
     train = {config_key(f.id): f for f in train_runs}
     out = Noise()
     sides: dict[str, scoring.Side] = {}
-    _twins(train_runs, sides, out)
+
+    def side(f, tl=None) -> scoring.Side:
+        if f.id not in sides:
+            sides[f.id] = scoring.side_of(tl if tl is not None else load_trace(f.path))
+        return sides[f.id]
+
+    _twins(train_runs, side, out)
     for a in archive:
         t = train.get(config_key(a.id))
         if t is None:
             out.unpaired.append(a.id)
             continue
-        sa = _measured(a)
-        st = sides.setdefault(t.id, _measured(t))
+        sa = side(a)
+        st = side(t)
         out.pairs.append(Pair(config_key(a.id), a.id, t.id, sa.throughput_per_s, st.throughput_per_s,
                               sa.bubble_ratio, st.bubble_ratio))
     return out
