@@ -219,17 +219,21 @@ def catalog_overrides(cfg) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     node = cfg.get("catalog")
-    raw = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    return dotted_items(OmegaConf.to_container(node, resolve=True) if node is not None else {})
+
+
+def dotted_items(value: Any) -> dict[str, Any]:
+    """Nested mappings as one level of dotted keys (`a.b.c`); lists, scalars and empty mappings are leaves."""
     flat: dict[str, Any] = {}
 
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict) and value:
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict) and v:
+            for k, x in v.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), x)
         elif prefix:
-            flat[prefix] = value
+            flat[prefix] = v
 
-    walk("", raw)
+    walk("", value)
     return flat
 
 

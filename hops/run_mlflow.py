@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from .run import dotted_items
 from .sweep import _job_num, headline, job_dirs
 
 try:  # the callback base class (Hydra is there whenever this callback is configured)
@@ -85,17 +86,8 @@ def _job_config(job_dir: Path) -> dict:
 
 def config_params(config: dict) -> dict[str, str]:
     """The composed config as flat params: mappings walked to dotted keys, lists kept whole as JSON."""
-    out: dict[str, str] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict) and value:
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        elif prefix:
-            out[prefix] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-
-    walk("", {k: v for k, v in config.items() if k != "hydra"})
-    return out
+    flat = dotted_items({k: v for k, v in config.items() if k != "hydra"})
+    return {k: v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str) for k, v in flat.items()}
 
 
 def job_record(job_dir: Path) -> dict:
