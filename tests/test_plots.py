@@ -225,12 +225,13 @@ def odd_trace_timeline() -> Timeline:
     return Timeline.from_rows(rows, stage_devices=['g"0', "gé1"], microbatches_per_iteration=1)
 
 
-@pytest.mark.parametrize("case", ["gpipe", "odd", "empty"])
+@pytest.mark.parametrize("case", ["gpipe", "odd", "empty", "chunks"])
 def test_chrome_trace_blocks_are_the_bytes_of_one_json_dumps_per_event(tmp_path, monkeypatch, case):
     """The block formatter (hops.text_columns) against the plain writer it falls back to."""
     import hops.chrome_trace
 
     tl = {"gpipe": lambda: gpipe_timeline(5, 7), "odd": odd_trace_timeline,
+          "chunks": lambda: with_chunks(gpipe_timeline(5, 7)),
           "empty": lambda: Timeline.from_rows({c: [] for c in COLUMNS}, stage_devices=["a"],
                                               microbatches_per_iteration=1)}[case]()
     fast = write_chrome_trace(tl, tmp_path / "fast.json").read_bytes()
@@ -416,3 +417,13 @@ def test_one_chunk_timeline_has_one_collection_per_phase_and_no_chunk_legend(mon
     assert shades_of(fig, PHASE_COLORS["F"]) == [(0, None)]
     assert not any(label.startswith("chunk") for label in legend_labels(fig))
     assert "chunks" not in fig.get_suptitle()
+
+
+def test_chrome_trace_names_the_chunk_of_each_event_only_under_virtual_stages(tmp_path):
+    tl = with_chunks(gpipe_timeline(3, 6))
+    events = [e for e in load_trace(write_chrome_trace(tl, tmp_path / "t.json")) if e["ph"] == "X"]
+    task = [e for e in events if e["args"]["kind"] in ("compute", "transfer")]
+    assert task and all(e["args"]["chunk"] == e["args"]["microbatch"] % 2 for e in task)
+    assert all("chunk" not in e["args"] for e in events if e not in task)  # optimizer, failure: no chunk
+    one = load_trace(write_chrome_trace(gpipe_timeline(3, 6), tmp_path / "one.json"))
+    assert all("chunk" not in e["args"] for e in one if e["ph"] == "X")  # one chunk per stage: as before
