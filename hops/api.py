@@ -71,7 +71,8 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "activation_mb": res.extras["activation_mb"],
         "model_fingerprint": model_fingerprint(catalog),  # the same value the calibration ledger records
     })
-    summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"]))
+    summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"],
+                                  ends=res.extras["model_ends"]))
     # the same for a dict, an OmegaConf config or a file; write_summary() adds the file it came from
     summary["provenance"] = {**code_provenance(), "scenario": None, "scenario_file": None}
     extras = dict(res.extras)
@@ -128,9 +129,15 @@ def run_horizon(sc: Scenario, topo: Topology, catalog: Catalog, summary: dict, s
                             samples_per_iteration=sc.microbatches * sc.micro_batch_size)
 
 
-def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float) -> dict:
-    """Peak memory per device: weights + optimizer state + activations the schedule held at its peak."""
+def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float,
+                   ends: tuple[int, int] | None = None) -> dict:
+    """Peak memory per device: weights + optimizer state + activations the schedule held at its peak.
+
+    ``ends``: the stages that run the first and the last model chunk (default the first and
+    last stage); the LM head's weights and optimizer state follow it (see placed_weights_mb).
+    """
     m = catalog.model
+    weights = placed_weights_mb(sc, catalog, ends)
     peak: dict[str, float] = {}
     for i, st in enumerate(sc.stages):
         if st.activation_memory_mb is not None:
@@ -142,10 +149,47 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
                     m["activation_bytes_per_token_hidden"] / 1e6
             else:
                 act = msg_mb
-        opt = st.weights_mb * m["optimizer_bytes_per_weight_byte"] if sc.optimizer_enabled else 0.0
+        opt = weights[i] * m["optimizer_bytes_per_weight_byte"] if sc.optimizer_enabled else 0.0
         held = peak_in_flight[i] * act / sc.virtual_stages  # in chunk-microbatches: 1/v of the stage each
-        peak[st.device] = peak.get(st.device, 0.0) + st.weights_mb + opt + held
+        peak[st.device] = peak.get(st.device, 0.0) + weights[i] + opt + held
     capacity = {d: topo.devices[d].memory_gb * 1000.0 for d in peak}
     order = sorted(peak, key=outputs.natural_key)
     return {"peak_memory_mb": {d: peak[d] for d in order}, "memory_capacity_mb": {d: capacity[d] for d in order},
             "memory_over_capacity": [d for d in order if peak[d] > capacity[d]]}
+
+
+def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | None = None) -> list[float]:
+    """Each stage's weights once the schedule has placed the model's first and last chunk.
+
+    A stage's ``weights_mb`` is read as its share with one chunk per stage: the word
+    embeddings on the first stage and the LM head on the last (Megatron's layout, and what
+    hops.planner writes). A schedule that runs the last chunk on another stage moves the
+    LM head's h x V matrix there, so that stage also holds its weights and optimizer state,
+    the same placement the optimizer step and the tied-embedding all-reduce follow
+    (hops.engine). Under ZB-V's V that is the first stage: it keeps the embedding and gains
+    the head (shared with the embedding when they are tied: one matrix, no all-reduce),
+    and the last stage holds neither. Needs the model shape (hidden_dim); interleaved 1F1B
+    keeps the ends where they were, so nothing moves.
+    """
+    weights = [st.weights_mb for st in sc.stages]
+    n = sc.n_stages
+    ends = (0, n - 1) if ends is None else tuple(ends)
+    if ends == (0, n - 1) or not sc.hidden_dim:
+        return weights
+    m = catalog.model
+    tied = sc.tied_embeddings if sc.tied_embeddings is not None else m["tied_embeddings"]
+    matrix_mb = sc.hidden_dim * (sc.vocab_size or m["vocab_size"]) * m["bytes_per_element"][sc.precision] / 1e6
+    moved = [a - b for a, b in zip(vocab_matrices(n, ends, tied), vocab_matrices(n, (0, n - 1), tied))]
+    # a weights_mb that left the head out (smaller than the matrix) is not driven below 0
+    return [max(w + k * matrix_mb, 0.0) for w, k in zip(weights, moved)]
+
+
+def vocab_matrices(n_stages: int, ends: tuple[int, int], tied: bool) -> list[int]:
+    """h x V matrices per stage: the embedding where the first chunk runs, the LM head where
+    the last runs, one matrix for both when they share a stage and are tied."""
+    first, last = ends
+    out = [0] * n_stages
+    out[first] += 1
+    if last != first or not tied:
+        out[last] += 1
+    return out

@@ -10,7 +10,9 @@ Why this layout:
   to extra threads named "<track> #2", "#3"... instead of being silently mangled.
 - Slice names are the phase ("F", "B", "W", "BW", "OPT", "send F", ...), because
   Perfetto colours slices by name: every forward gets the same colour. The microbatch,
-  iteration, stage and device are in args.
+  iteration, stage and device are in args; with virtual stages (a timeline of more than
+  one chunk per stage) also the chunk, so a stage's two ZB-V chunks can be told apart.
+  A one-chunk timeline's events carry no chunk: its trace keeps its bytes.
 - Times are shifted so the first event starts at 0 (wall-clock traces otherwise
   start at ~1.7e15 µs). Start and end are rounded to whole ns first and `dur` is
   their difference: rounding `ts` and `dur` separately made back-to-back events
@@ -167,19 +169,21 @@ def write_chrome_trace(timeline: Timeline, path, *, compress: bool | None = None
 
     # ---- complete events, in timeline order (from_rows already sorts by start, end, stage),
     # each line led by the ",\n" that separates it from the one before
-    rep, combo = combine([dev_c, kind_c, phase_c, src_c, dst_c, stages, tid])
+    chunk = event_chunks(tl)
+    rep, combo = combine([dev_c, kind_c, phase_c, src_c, dst_c, stages, tid] + ([chunk] if chunk is not None else []))
     parts: list[list[bytes]] = [[], [], [], [], []]
     for i in rep.tolist():
         x = bool(xfer[i])
         texts = _event_parts(devices[dev_c[i]], kinds[kind_c[i]], phases[phase_c[i]], ends[src_c[i]] if x else None,
-                             ends[dst_c[i]] if x else None, int(stages[i]), int(pid_of[track[i]]), int(tid[i]))
+                             ends[dst_c[i]] if x else None, int(stages[i]), int(pid_of[track[i]]), int(tid[i]),
+                             None if chunk is None or chunk[i] < 0 else int(chunk[i]))
         for j, text in enumerate(texts):
             parts[j].append(text.encode())
     dur_ns = end_ns - start_ns
     blocks = render(parts, combo, [(INT, tl.iteration), (INT, tl.microbatch), (US, dur_ns), (US, start_ns)])
     if blocks is None:  # times a block cannot print (huge or not finite): one json.dumps per event
         blocks = _event_lines(tl, kinds, kind_c, devices, dev_c, phases, phase_c, ends, src_c, dst_c, xfer,
-                              pid_of[track], tid, start_ns, dur_ns)
+                              pid_of[track], tid, start_ns, dur_ns, chunk)
 
     doc_head = {"displayTimeUnit": "ms",
                 "otherData": _json_safe({"t0_ms": t0, "stage_devices": list(tl.stage_devices),
@@ -206,16 +210,21 @@ def write_chrome_trace(timeline: Timeline, path, *, compress: bool | None = None
     return path
 
 
+def event_chunks(timeline: Timeline) -> np.ndarray | None:
+    """The chunk of every event for the args, or None when the timeline has one chunk per stage."""
+    return timeline.chunk if timeline.n_chunks > 1 else None
+
+
 def _event_parts(device: str, kind: str, phase: str, src: str | None, dst: str | None, stage: int, pid: int,
-                 tid: int) -> list[str]:
+                 tid: int, chunk: int | None = None) -> list[str]:
     """A complete event's line around its numbers (iteration, microbatch, dur, ts), led by ",\\n".
 
     Keys in sorted order, as json.dumps(sort_keys=True) writes them; transfers also carry
-    src and dst.
+    src and dst, events of a chunk under virtual stages their chunk.
     """
     q = json.dumps
-    return [",\n" + '{"args":{"device":' + q(device) + (f',"dst":{q(dst)}' if dst is not None else "")
-            + ',"iteration":',
+    head = '{"args":{' + (f'"chunk":{chunk},' if chunk is not None else "") + '"device":' + q(device)
+    return [",\n" + head + (f',"dst":{q(dst)}' if dst is not None else "") + ',"iteration":',
             ',"kind":' + q(kind) + ',"microbatch":',
             ',"phase":' + q(phase) + (f',"src":{q(src)}' if src is not None else "") + f',"stage":{stage}}},'
             + '"cat":' + q(kind) + ',"dur":',
@@ -224,7 +233,7 @@ def _event_parts(device: str, kind: str, phase: str, src: str | None, dst: str |
 
 
 def _event_lines(tl, kinds, kind_c, devices, dev_c, phases, phase_c, ends, src_c, dst_c, xfer, pid, tid,
-                 start_ns, dur_ns):
+                 start_ns, dur_ns, chunk=None):
     """The same lines as the block formatter, one json.dumps per event (any float json prints)."""
     for i in range(len(tl)):
         k, ph = kinds[kind_c[i]], phases[phase_c[i]]
@@ -232,6 +241,8 @@ def _event_lines(tl, kinds, kind_c, devices, dev_c, phases, phase_c, ends, src_c
                 "microbatch": int(tl.microbatch[i]), "phase": ph, "stage": int(tl.stage[i])}
         if xfer[i]:
             args.update(src=ends[src_c[i]], dst=ends[dst_c[i]])
+        if chunk is not None and chunk[i] >= 0:
+            args["chunk"] = int(chunk[i])
         event = {"args": args, "cat": k, "dur": float(dur_ns[i]) / 1000.0, "name": _slice_name(k, ph), "ph": "X",
                  "pid": int(pid[i]), "tid": int(tid[i]), "ts": float(start_ns[i]) / 1000.0}
         yield (",\n" + json.dumps(event, sort_keys=True, separators=(",", ":"))).encode()

@@ -182,13 +182,13 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             stage_end = ends
         t_iter = end_iteration(record, it, t_iter, stage_end, ar_ms, sync_ms, host[it], opt_ms)
 
-    tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev, phys)
+    tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev, placement)
     link_stats = {lp.name: {"transfers": links_state.count[k], "contended": links_state.contended[k],
                             "wait_ms": links_state.wait[k]} for k, lp in enumerate(links)}
     return EngineResult(tl, compute.expected, sched, record.peak_in_flight, link_stats,
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
                          "links": links, "stragglers": stragglers, "virtual_stages": scenario.virtual_stages,
-                         "chunks": exp if p != n_phys else None})
+                         "chunks": exp if p != n_phys else None, "model_ends": (phys[0], phys[-1])})
 
 
 def split_modes(value, p: int, name: str = "?") -> list[int]:
@@ -244,13 +244,15 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
     return out
 
 
-def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev, phys) -> Timeline:
+def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev, placement) -> Timeline:
     """Columns straight from the row tuples with vectorized lookups (no per-row Python work).
 
-    Rows carry virtual stages; the Timeline records the scenario stage that ran them."""
+    Rows carry virtual stages; the Timeline records the scenario stage that ran them and,
+    so that a plot can tell a stage's chunks apart, the chunk (-1 on rows of no chunk)."""
     phases = np.array(PHASE_CODES)
     devs = np.array(stage_dev)
-    to_phys = np.array(phys, dtype=np.int64)
+    to_phys = np.array([s for s, _ in placement], dtype=np.int64)
+    to_chunk = np.array([c for _, c in placement], dtype=np.int64)
     c = np.fromiter(chain.from_iterable(comp_rows), np.float64, len(comp_rows) * 6).reshape(-1, 6)
     x = np.fromiter(chain.from_iterable(xfer_rows), np.float64, len(xfer_rows) * 7).reshape(-1, 7)
     lk = x[:, 0].astype(np.int64)
@@ -273,6 +275,7 @@ def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev
         "src": np.concatenate([np.full(nc, ""), srcs, np.full(no, "")]),
         "dst": np.concatenate([np.full(nc, ""), dsts, np.full(no, "")]),
         "iteration": np.concatenate([c[:, 5], x[:, 6], o_times[:, 2]]).astype(np.int64),
+        "chunk": np.concatenate([to_chunk[cs], to_chunk[x[:, 1].astype(np.int64)], np.full(no, -1)]),
     }
     return Timeline.from_rows(cols, stage_devices=[st.device for st in scenario.stages],
                               microbatches_per_iteration=scenario.microbatches,

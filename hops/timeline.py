@@ -24,6 +24,12 @@ class Timeline:
     `microbatch` is global across iterations (iteration * microbatches + index), so
     a microbatch keeps its identity; `iteration` says which optimizer step it fed.
     Rows without a stage, microbatch or link use -1 / "".
+
+    `chunk` is the model chunk (virtual stage) of the stage a compute or transfer row ran on:
+    0..v-1 under interleaved 1F1B or ZB-V, where one stage runs several chunks and `stage`
+    alone cannot tell them apart; 0 when every stage is one chunk, -1 for rows of no chunk
+    (optimizer, all-reduce, failure). It is not an events.csv column, so a one-chunk run's
+    output keeps its bytes; a source that knows no chunks leaves it out (the default).
     """
 
     kind: np.ndarray
@@ -40,13 +46,20 @@ class Timeline:
     microbatches_per_iteration: int
     samples_per_microbatch: int = 1
     meta: dict = field(default_factory=dict)
+    chunk: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.chunk is None:  # sources without virtual stages: one chunk per stage
+            object.__setattr__(self, "chunk", default_chunks(self.kind))
 
     @classmethod
     def from_rows(cls, rows: dict[str, list], *, stage_devices, microbatches_per_iteration,
                   samples_per_microbatch=1, meta=None) -> "Timeline":
-        """Build from equal-length column lists; rows are sorted by (start, end) for stable output."""
+        """Build from equal-length column lists; rows are sorted by (start, end) for stable output.
+
+        A "chunk" column is optional (see the class docstring)."""
         n = len(rows["kind"])
-        for name in EVENTS_CSV_HEADER + ("iteration",):
+        for name in EVENTS_CSV_HEADER + ("iteration",) + (("chunk",) if "chunk" in rows else ()):
             if len(rows[name]) != n:
                 raise ValueError(f"timeline column {name!r} has {len(rows[name])} rows, expected {n}")
         start = np.asarray(rows["start_ms"], dtype=np.float64)
@@ -65,6 +78,7 @@ class Timeline:
             iteration=col("iteration", np.int64), stage_devices=tuple(stage_devices),
             microbatches_per_iteration=int(microbatches_per_iteration),
             samples_per_microbatch=int(samples_per_microbatch), meta=dict(meta or {}),
+            chunk=col("chunk", np.int64) if "chunk" in rows else None,
         )
 
     def __len__(self) -> int:
@@ -74,6 +88,11 @@ class Timeline:
     def n_stages(self) -> int:
         return len(self.stage_devices)
 
+    @property
+    def n_chunks(self) -> int:
+        """Model chunks per stage the rows show (1 unless a schedule ran virtual stages)."""
+        return int(self.chunk.max()) + 1 if len(self.chunk) and self.chunk.max() > 0 else 1
+
     def select(self, mask: np.ndarray) -> "Timeline":
         """Rows where mask holds, same layout."""
         return Timeline(
@@ -81,14 +100,14 @@ class Timeline:
             microbatch=self.microbatch[mask], phase=self.phase[mask], start_ms=self.start_ms[mask],
             end_ms=self.end_ms[mask], src=self.src[mask], dst=self.dst[mask], iteration=self.iteration[mask],
             stage_devices=self.stage_devices, microbatches_per_iteration=self.microbatches_per_iteration,
-            samples_per_microbatch=self.samples_per_microbatch, meta=self.meta,
+            samples_per_microbatch=self.samples_per_microbatch, meta=self.meta, chunk=self.chunk[mask],
         )
 
     def to_frame(self):
         """pandas DataFrame view (pandas imported lazily: the core stays light)."""
         import pandas as pd
 
-        return pd.DataFrame({name: getattr(self, name) for name in EVENTS_CSV_HEADER + ("iteration",)})
+        return pd.DataFrame({name: getattr(self, name) for name in EVENTS_CSV_HEADER + ("iteration", "chunk")})
 
     def write_csv(self, path: str | Path) -> None:
         """events.csv with the exact contract header; floats at µs resolution so output is byte-stable.
@@ -110,6 +129,12 @@ class Timeline:
         with open(path, "w", newline="") as fh:
             fh.write(",".join(EVENTS_CSV_HEADER) + "\n")
             fh.writelines(rows)
+
+
+def default_chunks(kind: np.ndarray) -> np.ndarray:
+    """Chunk 0 for compute and transfer rows, -1 for the rest: a timeline of one chunk per stage."""
+    kind = np.asarray(kind)
+    return np.where((kind == "compute") | (kind == "transfer"), 0, -1).astype(np.int64)
 
 
 def _csv_field(value: str) -> str:

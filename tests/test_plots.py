@@ -5,10 +5,12 @@ nothing but the Timeline contract, not on the engine or on fixtures.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from hops.chrome_trace import stage_track_name, write_chrome_trace
@@ -223,12 +225,13 @@ def odd_trace_timeline() -> Timeline:
     return Timeline.from_rows(rows, stage_devices=['g"0', "gé1"], microbatches_per_iteration=1)
 
 
-@pytest.mark.parametrize("case", ["gpipe", "odd", "empty"])
+@pytest.mark.parametrize("case", ["gpipe", "odd", "empty", "chunks"])
 def test_chrome_trace_blocks_are_the_bytes_of_one_json_dumps_per_event(tmp_path, monkeypatch, case):
     """The block formatter (hops.text_columns) against the plain writer it falls back to."""
     import hops.chrome_trace
 
     tl = {"gpipe": lambda: gpipe_timeline(5, 7), "odd": odd_trace_timeline,
+          "chunks": lambda: with_chunks(gpipe_timeline(5, 7)),
           "empty": lambda: Timeline.from_rows({c: [] for c in COLUMNS}, stage_devices=["a"],
                                               microbatches_per_iteration=1)}[case]()
     fast = write_chrome_trace(tl, tmp_path / "fast.json").read_bytes()
@@ -342,3 +345,85 @@ def test_memory_bars_show_the_capacity_line(monkeypatch, tmp_path):
     xs = sorted({round(float(seg[0][0]), 3) for c in lines for seg in c.get_segments()})
     assert xs == [24.576], "a capacity line at 24.576 GB on every row"
     assert ax.get_xlim()[1] > 30.0, "the over-capacity bar is not clipped"
+
+
+
+# ---------------------------------------------------------------- chunks (virtual stages)
+def with_chunks(tl: Timeline) -> Timeline:
+    """The gpipe layout as if each stage ran two model chunks: odd microbatches on chunk 1."""
+    task = (tl.kind == "compute") | (tl.kind == "transfer")
+    return dataclasses.replace(tl, chunk=np.where(task, tl.microbatch % 2, -1))
+
+
+def drawn_timeline(monkeypatch, tl, tmp_path):
+    """Render the Gantt chart and return the matplotlib Figure it saved."""
+    from matplotlib.figure import Figure
+
+    from hops.plots import plot_timeline
+
+    seen = []
+    orig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (seen.append(self), orig(self, *a, **k))[1])
+    assert_png(plot_timeline(tl, tmp_path / "t.png"))
+    return seen[0]
+
+
+def shades_of(fig, color) -> list[tuple[float, str | None]]:
+    """(share of white mixed into `color`, hatch) of every task-bar collection drawn in a shade of it."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgb
+
+    base = np.asarray(to_rgb(color))
+    out = []
+    for coll in fig.axes[0].collections:
+        if not isinstance(coll, PolyCollection) or coll.get_zorder() != 2:
+            continue
+        tint = (np.asarray(coll.get_facecolor()[0][:3]) - base) / (1 - base)
+        if np.allclose(tint, tint[0], atol=0.01) and 0 <= tint[0] < 0.9:
+            out.append((round(float(tint[0]), 2), coll.get_hatch()))
+    return out
+
+
+def legend_labels(fig) -> list[str]:
+    return [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_timeline_png_draws_each_chunk_in_its_own_shade_and_hatch_and_names_it(monkeypatch, tmp_path):
+    from hops.plots.timeline_plot import PHASE_COLORS
+
+    fig = drawn_timeline(monkeypatch, with_chunks(gpipe_timeline(3, 6, failure=False)), tmp_path)
+    for phase in ("F", "B"):
+        (tint0, hatch0), (tint1, hatch1) = shades_of(fig, PHASE_COLORS[phase])  # one collection per chunk
+        assert tint0 == 0 < tint1 and hatch0 != hatch1  # chunk 0 in the phase colour, chunk 1 lighter
+    assert {"chunk 0", "chunk 1"} <= set(legend_labels(fig))
+    assert "3 stages x 2 chunks" in fig.get_suptitle()
+
+
+def test_dense_chunked_timeline_still_tells_chunks_apart_by_shade(monkeypatch, tmp_path):
+    from hops.plots.timeline_plot import PHASE_COLORS
+
+    fig = drawn_timeline(monkeypatch, with_chunks(gpipe_timeline(3, 400, iterations=1, failure=False)), tmp_path)
+    assert [tint for tint, _ in shades_of(fig, PHASE_COLORS["F"])] == [0, pytest.approx(0.45)]
+    # no hatch at sub-pixel widths, where it would not show (the legend drops it as well)
+    assert all(hatch is None for _, hatch in shades_of(fig, PHASE_COLORS["F"]))
+
+
+def test_one_chunk_timeline_has_one_collection_per_phase_and_no_chunk_legend(monkeypatch, tmp_path):
+    from hops.plots.timeline_plot import PHASE_COLORS
+
+    tl = gpipe_timeline(3, 6)
+    assert (tl.chunk[tl.kind == "compute"] == 0).all()  # built without a chunk column: one chunk per stage
+    fig = drawn_timeline(monkeypatch, tl, tmp_path)
+    assert shades_of(fig, PHASE_COLORS["F"]) == [(0, None)]
+    assert not any(label.startswith("chunk") for label in legend_labels(fig))
+    assert "chunks" not in fig.get_suptitle()
+
+
+def test_chrome_trace_names_the_chunk_of_each_event_only_under_virtual_stages(tmp_path):
+    tl = with_chunks(gpipe_timeline(3, 6))
+    events = [e for e in load_trace(write_chrome_trace(tl, tmp_path / "t.json")) if e["ph"] == "X"]
+    task = [e for e in events if e["args"]["kind"] in ("compute", "transfer")]
+    assert task and all(e["args"]["chunk"] == e["args"]["microbatch"] % 2 for e in task)
+    assert all("chunk" not in e["args"] for e in events if e not in task)  # optimizer, failure: no chunk
+    one = load_trace(write_chrome_trace(gpipe_timeline(3, 6), tmp_path / "one.json"))
+    assert all("chunk" not in e["args"] for e in one if e["ph"] == "X")  # one chunk per stage: as before

@@ -231,3 +231,88 @@ def test_zb_v_puts_embedding_and_lm_head_on_device_0_and_needs_no_tied_embedding
                              - r.timeline.start_ms[(r.timeline.phase == "OPT") & (r.timeline.stage == s)][0])
     assert opt(v, 0) == pytest.approx(opt(one, 0))  # g0 steps the (tied) vocabulary matrix
     assert opt(v, 2) < opt(one, 2) and opt(v, 2) == pytest.approx(opt(one, 1))  # g2 no longer does
+
+
+# ----------------------------------------------------------------------------- chunks in the timeline
+def forward_path(tl, j):
+    """(stage, chunk) of microbatch j's forwards, in the order they ran."""
+    sel = (tl.kind == "compute") & (tl.microbatch == j) & (tl.phase == "F")
+    order = tl.start_ms[sel].argsort(kind="stable")
+    return list(zip(tl.stage[sel][order].tolist(), tl.chunk[sel][order].tolist()))
+
+
+@pytest.mark.parametrize("p,m", [(3, 6), (4, 8)])
+def test_zb_v_timeline_gives_every_device_both_chunks_in_each_phase(p, m):
+    """The stage column alone cannot tell a device's two chunks apart; the chunk column can:
+    each device runs F, B and W of chunk 0 (going down) and of chunk 1 (coming back up)."""
+    tl = hops.simulate(zbv(p, m, b=1.3, w=0.7)).timeline
+    comp = tl.kind == "compute"
+    for s in range(p):
+        for phase in ("F", "B", "W"):
+            sel = comp & (tl.stage == s) & (tl.phase == phase)
+            assert sorted(tl.chunk[sel].tolist()) == [0] * m + [1] * m
+    for j in range(m):
+        assert forward_path(tl, j) == [(d, 0) for d in range(p)] + [(d, 1) for d in reversed(range(p))]
+    assert tl.n_chunks == 2
+
+
+def test_interleaved_timeline_loops_each_microbatch_over_the_devices_chunk_by_chunk():
+    p, m, v = 4, 8, 2
+    tl = hops.simulate(interleaved(p, m, v)).timeline
+    for j in range(m):
+        assert forward_path(tl, j) == [(d, c) for c in range(v) for d in range(p)]
+    xfer = tl.kind == "transfer"  # a transfer carries the chunk of the stage that sent it
+    assert set(tl.chunk[xfer].tolist()) == {0, 1} and tl.n_chunks == v
+
+
+def test_one_chunk_timeline_is_chunk_0_and_rows_of_no_chunk_are_minus_1():
+    sc = pipeline(3, 6, schedule="1f1b")
+    sc["optimizer"] = {"enabled": True, "step_ms": [1.0, 1.0, 1.0]}
+    tl = hops.simulate(sc).timeline
+    task = (tl.kind == "compute") | (tl.kind == "transfer")
+    assert (tl.chunk[task] == 0).all() and (tl.chunk[~task] == -1).all() and (~task).any()
+    assert tl.n_chunks == 1
+
+
+# ----------------------------------------------------------------------------- LM head weights under ZB-V
+def weights_only(schedule, *, tied=None, p=3, hidden_dim=2048):
+    """Peak memory per device with no activations held: weights + optimizer state only."""
+    v = 2 if schedule in ("zb_v", "interleaved_1f1b") else 1
+    sc = {"simulation": {"batches": 1, "microbatches": 2 * p},
+          "pipeline": {"schedule": schedule, "virtual_stages": v, "precision": "bf16",
+                       "model": {"hidden_dim": hidden_dim, "seq_len": 2048, "vocab_size": 50304,
+                                 **({} if tied is None else {"tied_embeddings": tied})},
+                       "stages": [{"device": f"g{i}", "weights_mb": 1000, "activation_memory_mb": 0,
+                                   "compute": {"mode": "analytical", "tflop": 4.0, "memory_mb": 1000}}
+                                  for i in range(p)]},
+          "hardware": {"devices": [{"id": f"g{i}", "gpu": "a100", "node": f"n{i}"} for i in range(p)],
+                       "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}},
+          "optimizer": {"enabled": True}}
+    return hops.simulate(sc).summary["peak_memory_mb"]
+
+
+ADAM = 1 + 6.0  # weights plus optimizer state (model preset: 6 bytes of state per weight byte)
+HEAD_MB = 2048 * 50304 * 2 / 1e6  # the h x V matrix in bf16
+
+
+def test_zb_v_moves_the_lm_head_weights_and_optimizer_state_from_the_last_device_to_device_0():
+    """weights_mb is each stage's share with one chunk per stage (embedding on the first, LM head
+    on the last). ZB-V runs the last chunk on device 0: device 0 holds the embedding and the
+    head, one matrix when they are tied (the default), two when not; the last device holds
+    neither; the devices between are unchanged."""
+    one = weights_only("zb_h1")
+    assert one == pytest.approx({"g0": 1000 * ADAM, "g1": 1000 * ADAM, "g2": 1000 * ADAM})
+    tied = weights_only("zb_v")
+    assert tied == pytest.approx({"g0": 1000 * ADAM, "g1": 1000 * ADAM, "g2": (1000 - HEAD_MB) * ADAM})
+    untied = weights_only("zb_v", tied=False)
+    assert untied == pytest.approx({"g0": (1000 + HEAD_MB) * ADAM, "g1": 1000 * ADAM, "g2": (1000 - HEAD_MB) * ADAM})
+    assert weights_only("zb_h1", tied=False) == pytest.approx(one)  # one chunk per stage: nothing moves
+
+
+def test_interleaved_keeps_the_lm_head_on_the_last_device():
+    """Interleaved 1F1B's last chunk runs on the last device, as with one chunk per stage."""
+    assert weights_only("interleaved_1f1b", tied=False) == pytest.approx(weights_only("zb_h1", tied=False))
+
+
+def test_without_the_model_shape_the_head_cannot_be_sized_and_nothing_moves():
+    assert weights_only("zb_v", hidden_dim=None) == pytest.approx(weights_only("zb_h1", hidden_dim=None))

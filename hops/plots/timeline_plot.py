@@ -12,6 +12,10 @@ Design choices, and why:
   narrower than a few pixels, touching same-colour bars are merged (it is
   pixel-identical) and every bar is widened to at least ~1 px so short transfers
   do not vanish.
+- With virtual stages (interleaved 1F1B, ZB-V) a stage's row holds several model chunks,
+  and the phase colour alone cannot say which chunk a bar ran: each chunk gets a lighter
+  shade of the phase colour and, when bars are wide enough to show it, its own hatch, with
+  a legend entry per chunk. A one-chunk timeline is drawn exactly as before.
 """
 from __future__ import annotations
 
@@ -36,6 +40,9 @@ COMM_COLORS = {
     "allreduce": "#17A2B8",
 }
 FAILURE_COLOR = "#E41A1C"
+CHUNK_HATCHES = (None, "//", "\\\\", "xx", "..", "++")  # chunk k's hatch (cycled); chunk 0 plain
+CHUNK_MAX_TINT = 0.45  # the last chunk's share of white mixed into the phase colour
+CHUNK_LEGEND_COLOR = "#6F6F6F"
 IDLE_COLOR = "#E6E6E6"
 COMM_BG_COLOR = "#F5F5F5"
 
@@ -82,6 +89,28 @@ def _categories(tl: Timeline) -> tuple[np.ndarray, list[str]]:
     return cat, names
 
 
+def chunk_shade(color: str, chunk: int, n_chunks: int) -> tuple:
+    """The phase colour for chunk `chunk` of `n_chunks`: chunk 0 as is, later chunks lighter.
+
+    Lighter, not another hue: the hue already says the phase, and the shade must stay
+    darker than the idle grey so a chunk never reads as idle time.
+    """
+    from matplotlib.colors import to_rgb
+
+    t = CHUNK_MAX_TINT * chunk / max(n_chunks - 1, 1)
+    return tuple(c + (1.0 - c) * t for c in to_rgb(color))
+
+
+def chunk_hatch(chunk: int) -> str | None:
+    return CHUNK_HATCHES[chunk % len(CHUNK_HATCHES)]
+
+
+def _bar_chunks(tl: Timeline, cat: np.ndarray, n_phase_cats: int) -> np.ndarray:
+    """Chunk of every compute bar (0 for the rest: a transfer's colour already says its direction)."""
+    chunk = np.where((cat >= 0) & (cat < n_phase_cats), tl.chunk, 0)
+    return np.clip(chunk, 0, None)
+
+
 def idx_of(names: list[str], name: str) -> int:
     return names.index(name) if name in names else -1
 
@@ -117,6 +146,16 @@ def _short(name: str, width: int = 22) -> str:
     return name if len(name) <= width else name[: width // 2 - 1] + "…" + name[-(width // 2):]
 
 
+def _chunk_handles(chunks: list[int], n_chunks: int, dense: bool) -> list:
+    """One legend entry per chunk drawn (none for one chunk per stage): its shade and hatch."""
+    from matplotlib.patches import Patch
+
+    if n_chunks == 1:
+        return []
+    return [Patch(facecolor=chunk_shade(CHUNK_LEGEND_COLOR, k, n_chunks), edgecolor="white",
+                  hatch=None if dense else chunk_hatch(k), label=f"chunk {k}") for k in chunks]
+
+
 def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
     """Write a PNG Gantt chart of `timeline` to `path` and return the path."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -145,6 +184,8 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
 
     rows = _event_rows(tl)
     cat, names = _categories(tl)
+    n_ch = tl.n_chunks
+    chunk = _bar_chunks(tl, cat, len(PHASE_COLORS))
     n_compute_row = int(np.bincount(rows[(cat >= 0) & (rows >= 0) & (tl.kind == "compute")],
                                     minlength=n_st).max()) if len(tl) else 0
 
@@ -175,9 +216,11 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
     bar = (cat >= 0) & (rows >= 0) & valid
     widths_px = (xe - xs)[bar & (tl.kind == "compute")] * px_per_x
     dense = len(widths_px) == 0 or float(np.median(widths_px)) < _DENSE_PX
-    b_row, b_cat, b_s, b_e = rows[bar], cat[bar], xs[bar], xe[bar]
+    # merge and draw per (colour, chunk): bars of two chunks never merge into one
+    b_row, b_key, b_s, b_e = rows[bar], cat[bar] * n_ch + chunk[bar], xs[bar], xe[bar]
     if dense:
-        b_row, b_cat, b_s, b_e = _merge_touching(b_row, b_cat, b_s, b_e, 0.5 / px_per_x)
+        b_row, b_key, b_s, b_e = _merge_touching(b_row, b_key, b_s, b_e, 0.5 / px_per_x)
+    b_cat, b_chunk = b_key // n_ch, b_key % n_ch
     min_w = 0.9 / px_per_x
     # Widen to ~1 px only where bars are few per row: widening thousands of sub-pixel
     # bars would paint a mostly idle stage as busy, while AA blending already shows them.
@@ -203,11 +246,15 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
             k = dense_phases.index(name)
             lane = (c0 + k * sub_h, c0 + (k + 1) * sub_h)
         color = COMM_COLORS[name] if is_comm else PHASE_COLORS[name]
-        r = b_row[m].astype(float)
         edge = "none" if (dense or is_comm) else "white"
-        ax.add_collection(PolyCollection(
-            _bars(b_s[m], b_e[m], r + lane[0], r + lane[1]), facecolors=color, edgecolors=edge,
-            linewidths=0.4 if edge != "none" else 0.0, zorder=2, antialiaseds=True))
+        for k in np.unique(b_chunk[m]).tolist():
+            mk = m & (b_chunk == k)
+            r = b_row[mk].astype(float)
+            style = {} if n_ch == 1 else {"hatch": None if dense else chunk_hatch(k)}
+            ax.add_collection(PolyCollection(
+                _bars(b_s[mk], b_e[mk], r + lane[0], r + lane[1]),
+                facecolors=color if n_ch == 1 else chunk_shade(color, k, n_ch), edgecolors=edge,
+                linewidths=0.4 if edge != "none" else 0.0, zorder=2, antialiaseds=True, **style))
     if len(dense_phases) > 1:
         fig.text(1 - right_in / width_in, 0.12 / height_in,
                  "bars are narrower than a pixel: each phase has its own sub-lane "
@@ -287,6 +334,7 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
         handles.append(Patch(facecolor=(0.894, 0.102, 0.11, 0.28), edgecolor=FAILURE_COLOR,
                              hatch="///", label="failure"))
     handles.append(Patch(facecolor=IDLE_COLOR, label="idle"))
+    handles += _chunk_handles(sorted(set(b_chunk[b_cat < len(PHASE_COLORS)].tolist())), n_ch, dense)
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.48 / height_in), handlelength=1.4, columnspacing=1.2)
 
@@ -294,7 +342,8 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
         meta = tl.meta or {}
         sched = meta.get("schedule") or meta.get("scheduler") or "pipeline"
         n_mb = len(np.unique(tl.microbatch[tl.microbatch >= 0]))
-        title = f"{sched}: {tl.n_stages} stages, {n_mb} microbatches"
+        title = f"{sched}: {tl.n_stages} stages" + (f" x {n_ch} chunks" if n_ch > 1 else "") + \
+            f", {n_mb} microbatches"
         n_it = len(np.unique(tl.iteration[tl.iteration >= 0]))
         if n_it > 1:
             title += f" ({n_it} iterations x {tl.microbatches_per_iteration})"
