@@ -161,15 +161,15 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
 def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | None = None) -> list[float]:
     """Each stage's weights once the schedule has placed the model's first and last chunk.
 
-    A stage's ``weights_mb`` is read as its share with one chunk per stage: the word
-    embeddings on the first stage and the LM head on the last (Megatron's layout, and what
-    hops.planner writes). A schedule that runs the last chunk on another stage moves the
-    LM head's h x V matrix there, so that stage also holds its weights and optimizer state,
-    the same placement the optimizer step and the tied-embedding all-reduce follow
-    (hops.engine). Under ZB-V's V that is the first stage: it keeps the embedding and gains
-    the head (shared with the embedding when they are tied: one matrix, no all-reduce),
-    and the last stage holds neither. Needs the model shape (hidden_dim); interleaved 1F1B
-    keeps the ends where they were, so nothing moves.
+    A schedule that runs the last chunk somewhere other than the last stage (ZB-V's V runs it
+    on the first) puts the LM head's h x V matrix there too, with its optimizer state, the
+    placement the optimizer step and the tied-embedding all-reduce follow (hops.engine).
+    That stage gains the matrix unless it already holds it: tied embeddings share the first
+    stage's. The stage that no longer runs the head keeps its stated ``weights_mb``:
+    scenarios state layer weights as often as layer + head weights (every shipped one and
+    every Megatron fixture gives all stages the same figure), so taking the matrix away
+    could count a head that was never there; memory errs on the high side instead.
+    Needs the model shape (hidden_dim); interleaved 1F1B keeps the ends, so nothing moves.
     """
     weights = [st.weights_mb for st in sc.stages]
     n = sc.n_stages
@@ -179,9 +179,8 @@ def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | No
     m = catalog.model
     tied = sc.tied_embeddings if sc.tied_embeddings is not None else m["tied_embeddings"]
     matrix_mb = sc.hidden_dim * (sc.vocab_size or m["vocab_size"]) * m["bytes_per_element"][sc.precision] / 1e6
-    moved = [a - b for a, b in zip(vocab_matrices(n, ends, tied), vocab_matrices(n, (0, n - 1), tied))]
-    # a weights_mb that left the head out (smaller than the matrix) is not driven below 0
-    return [max(w + k * matrix_mb, 0.0) for w, k in zip(weights, moved)]
+    gained = [max(a - b, 0) for a, b in zip(vocab_matrices(n, ends, tied), vocab_matrices(n, (0, n - 1), tied))]
+    return [w + k * matrix_mb for w, k in zip(weights, gained)]
 
 
 def vocab_matrices(n_stages: int, ends: tuple[int, int], tied: bool) -> list[int]:
