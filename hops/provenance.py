@@ -118,5 +118,5 @@ def model_fingerprint(catalog_overrides: Any = None) -> str:
     from .hardware import Catalog
 
     catalog = catalog_overrides if isinstance(catalog_overrides, Catalog) else Catalog.load(catalog_overrides)
-    values = json.dumps(catalog.as_dict(), sort_keys=True, default=str)
+    values = catalog.values_json()
     return hashlib.sha256((code_fingerprint() + "\0" + values).encode()).hexdigest()[:16]
