@@ -14,6 +14,18 @@ WARMUP_FACTOR = 3.0
 BACKWARD_PHASES = ("B", "BW", "W")
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values): sorted distinct values, found by a sort for integer columns.
+
+    numpy 2's np.unique hashes integers first, which costs 2-5x a plain sort on the
+    iteration, microbatch and stage columns the metrics take it of, several times per summary.
+    """
+    if values.dtype.kind not in "iu" or len(values) < 2:
+        return np.unique(values)
+    s = np.sort(values)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]
+
+
 def union_length(start: np.ndarray, end: np.ndarray) -> float:
     """Total time covered by possibly-overlapping intervals (overlap is not double counted)."""
     if len(start) == 0:
@@ -28,7 +40,7 @@ def iteration_walls(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(iteration ids, start ms, wall ms): wall runs to the next iteration's start, so
     per-iteration dead time between iterations is charged to the iteration before it."""
     work = tl.iteration >= 0
-    ids = np.unique(tl.iteration[work])
+    ids = distinct(tl.iteration[work])
     if len(ids) == 0:
         return ids, np.zeros(0), np.zeros(0)
     starts = np.array([tl.start_ms[work & (tl.iteration == i)].min() for i in ids])
@@ -65,7 +77,7 @@ def _disjoint_pieces(keys: np.ndarray, start: np.ndarray, end: np.ndarray):
     one running max never crosses groups. Returns (key names, group index, piece start,
     piece end) with pieces in the original time base; empty pieces have start == end.
     """
-    names = np.unique(keys)  # hash-based without an inverse; codes by binary search is far cheaper
+    names = distinct(keys)  # without an inverse; codes by binary search are far cheaper
     group = np.searchsorted(names, keys)
     span = float(end.max() - start.min()) + 1.0
     shift = group * span * 2.0
@@ -110,7 +122,7 @@ def time_breakdown(w: Timeline, t0: float, t1: float) -> list[dict]:
     barriers, host/framework overhead). The four parts add up to the mean iteration wall.
     """
     p = w.n_stages
-    ids = np.unique(w.iteration[w.iteration >= 0])
+    ids = distinct(w.iteration[w.iteration >= 0])
     n_iter = max(len(ids), 1)
     work = w.iteration >= 0
     comp = w.kind == "compute"
@@ -164,7 +176,7 @@ def summarize(tl: Timeline) -> dict:
     stage_busy = [by_stage.get(str(s), 0.0) for s in range(tl.n_stages)]
     device_busy = grouped_union(w.device[busy], w.start_ms[busy], w.end_ms[busy])
     breakdown = time_breakdown(w, t0, t1)
-    n_iter = len(np.unique(w.iteration[w.iteration >= 0]))
+    n_iter = len(distinct(w.iteration[w.iteration >= 0]))
     n_iter_w = max(n_iter, 1)
     idle_total = {k: sum(r[k] for r in breakdown) * n_iter_w for k in ("iteration_end_ms", "pipeline_idle_ms")}
     link_busy = {}
@@ -176,7 +188,7 @@ def summarize(tl: Timeline) -> dict:
         link_busy = {f"{ends[int(k) // n_ends]}->{ends[int(k) % n_ends]}": v for k, v in
                      grouped_union(code, w.start_ms[transfer], w.end_ms[transfer]).items()}
 
-    mbs = np.unique(w.microbatch[compute & (w.microbatch >= 0)])
+    mbs = distinct(w.microbatch[compute & (w.microbatch >= 0)])
     latencies = _microbatch_latencies(w)
     # one call for both quantiles: np.percentile's fixed cost is most of it at these sizes
     p50, p99 = np.percentile(latencies, (50, 99)).tolist() if len(latencies) else (0.0, 0.0)
@@ -211,7 +223,7 @@ def summarize(tl: Timeline) -> dict:
         "communication_overhead": transfer_ms / compute_ms if compute_ms > 0 else 0.0,
         "window": {
             "start_ms": t0, "end_ms": t1, "iterations": n_iter,
-            "warmup_iterations_dropped": int(len(np.unique(tl.iteration[tl.iteration >= 0])) - n_iter),
+            "warmup_iterations_dropped": int(len(distinct(tl.iteration[tl.iteration >= 0])) - n_iter),
             "completed_microbatches": int(len(mbs)),
         },
     }
