@@ -238,7 +238,10 @@ class Iteration:
             else:
                 self.state.in_flight[s] -= 1  # BW or W: the activations are released
                 self.held[self.phys[s]] -= 1
-        self.wake(s, now)
+        if self.shared:
+            self.wake(s, now)
+        else:  # the device runs stage s alone: wake() would ask only s
+            self.start(s, now)
 
     def arrival(self, now: float, s: int, j: int, direction: int) -> None:
         """An activation (direction > 0) or a gradient reached stage s."""
