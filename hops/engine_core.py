@@ -116,7 +116,7 @@ class Iteration:
     """
 
     __slots__ = ("layout", "links", "record", "sched", "next_tasks", "state", "it", "off", "dev_busy",
-                 "remaining", "stage_end", "heap", "seq", "phys", "held", "sdev", "dur", "rows", "shared")
+                 "remaining", "stage_end", "heap", "seq", "phys", "held", "sdev", "dur", "rows", "shared", "peak")
 
     def __init__(self, layout: Layout, links: Links, record: Record, sched: Scheduler, it: int, t0: float):
         p, m = layout.n_stages, layout.n_microbatches
@@ -134,7 +134,7 @@ class Iteration:
         self.seq = 0
         self.phys = layout.phys or range(p)
         self.held = [0] * len(record.peak_in_flight)  # chunk-microbatches whose activations a stage holds
-        self.sdev, self.dur, self.rows = layout.sdev, layout.dur, record.compute
+        self.sdev, self.dur, self.rows, self.peak = layout.sdev, layout.dur, record.compute, record.peak_in_flight
         self.shared = layout.shared_devices
 
     # ------------------------------------------------------------------ starting work
@@ -159,9 +159,8 @@ class Iteration:
             i = self.phys[s]
             held = self.held[i] + 1
             self.held[i] = held
-            peak = self.record.peak_in_flight
-            if held > peak[i]:
-                peak[i] = held
+            if held > self.peak[i]:
+                self.peak[i] = held
             code = _F
         elif phase == "W":
             ready = st.w_ready[s]
