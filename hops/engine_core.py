@@ -111,8 +111,8 @@ class Iteration:
     """One iteration between two optimizer steps: from t0 until the event heap runs dry.
 
     An event costs a few microseconds, so the event steps read the lists they index through
-    attributes bound once here (``sdev``, ``dur``, ``rows``, ``shared``) rather than through
-    the layout and the record on every event.
+    attributes bound once here (``sdev``, ``dur``, ``rows``, ``peak``, ``shared``) rather
+    than through the layout and the record on every event.
     """
 
     __slots__ = ("layout", "links", "record", "sched", "next_tasks", "state", "it", "off", "dev_busy",
