@@ -23,6 +23,14 @@ tree at 3e10860 (same script); after: the block writers (hops.text_columns).
   hops.run end to end, plots off     21.06 s  3.06x [3.09x]    11.44 s  1.66x [1.61x]
   ... plots off, trace.json.gz       22.88 s  3.32x [3.31x]    13.18 s  1.91x [1.92x]
   PP8 x 64 warm hops.simulate        11.95 ms                  10.76 ms
+Re-measured later the same day, PP8 x 64 row only (issue 13: fewer lookups per engine event,
+RNG streams made on first use, integer distinct values by a sort in hops.metrics, a cheaper
+preset copy and model fingerprint), `--small-only` alternating the tree at 9045516 and the
+changed one, 5 runs each, median of the 5 medians of 20: 7.82 ms before, 6.69 ms after
+(load ~1.2, other jobs still running; an earlier quieter pair: 7.09 / 6.22 ms). While the
+other jobs kept both cores busy (load ~3.3) single runs of either swung between 12.5 and
+15.5 ms, more than the difference; alternating the two in one process then (200 calls
+each) gave 8.27 / 7.19 ms.
 Single runs (--repeats 1) of the end to end swing by +-0.3x on this box; the CPU ratio
 holds steadier. What is left of the end to end beyond simulate + writers is fixed cost:
 interpreter, Hydra and hops imports, Hydra's config composition and the cold model

@@ -24,7 +24,7 @@ cost per task stays flat as pipelines grow. Events at equal times resolve in cre
 """
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 from dataclasses import dataclass
 
 from .errors import HopsError
@@ -68,30 +68,30 @@ class Layout:
 class Links:
     """Directed FIFO links: when each is free, and what it carried (counts, contention, waits)."""
 
-    __slots__ = ("free", "count", "contended", "wait", "base_ms", "noise", "noise_pos")
+    __slots__ = ("free", "count", "contended", "wait", "base_ms", "noise")
 
     def __init__(self, base_ms: list, noise: list):
         n = len(base_ms)
         self.base_ms, self.noise = base_ms, noise  # noise[k]: per-use multipliers, or None (no jitter)
         self.free = [0.0] * n
-        self.count = [0] * n
+        self.count = [0] * n  # messages sent so far, which is also the index of the next noise draw
         self.contended = [0] * n
         self.wait = [0.0] * n
-        self.noise_pos = [0] * n
 
     def transmit(self, lk: int, now: float) -> tuple[float, float]:
         """Queue one message on link lk at time now; (start, arrival)."""
         free = self.free[lk]
-        start = now if free <= now else free
-        if start > now:
+        if free > now:
+            start = free
             self.contended[lk] += 1
-            self.wait[lk] += start - now
+            self.wait[lk] += free - now
+        else:
+            start = now
+        n = self.count[lk]
         nz = self.noise[lk]
-        d = self.base_ms[lk] * nz[self.noise_pos[lk]] if nz is not None else self.base_ms[lk]
-        self.noise_pos[lk] += 1
-        arrive = start + d
+        arrive = start + (self.base_ms[lk] * nz[n] if nz is not None else self.base_ms[lk])
         self.free[lk] = arrive
-        self.count[lk] += 1
+        self.count[lk] = n + 1
         return start, arrive
 
 
@@ -108,10 +108,15 @@ class Record:
 
 
 class Iteration:
-    """One iteration between two optimizer steps: from t0 until the event heap runs dry."""
+    """One iteration between two optimizer steps: from t0 until the event heap runs dry.
+
+    An event costs a few microseconds, so the event steps read the lists they index through
+    attributes bound once here (``sdev``, ``dur``, ``rows``, ``peak``, ``shared``) rather
+    than through the layout and the record on every event.
+    """
 
     __slots__ = ("layout", "links", "record", "sched", "next_tasks", "state", "it", "off", "dev_busy",
-                 "remaining", "stage_end", "heap", "seq", "phys", "held")
+                 "remaining", "stage_end", "heap", "seq", "phys", "held", "sdev", "dur", "rows", "shared", "peak")
 
     def __init__(self, layout: Layout, links: Links, record: Record, sched: Scheduler, it: int, t0: float):
         p, m = layout.n_stages, layout.n_microbatches
@@ -129,6 +134,8 @@ class Iteration:
         self.seq = 0
         self.phys = layout.phys or range(p)
         self.held = [0] * len(record.peak_in_flight)  # chunk-microbatches whose activations a stage holds
+        self.sdev, self.dur, self.rows, self.peak = layout.sdev, layout.dur, record.compute, record.peak_in_flight
+        self.shared = layout.shared_devices
 
     # ------------------------------------------------------------------ starting work
     def start(self, s: int, now: float) -> None:
@@ -139,46 +146,50 @@ class Iteration:
         tasks = self.next_tasks(st)
         if not tasks:
             return
-        name = self.sched.name
         if len(tasks) > 1:
-            raise SchedulerError(f"scheduler {name!r} returned {len(tasks)} tasks for stage {s}; "
-                                 "a stage runs one task at a time")
+            raise self._refused(f"returned {len(tasks)} tasks for stage {s}; a stage runs one task at a time")
         phase, j = tasks[0]
         if phase == "F":
-            if not st.f_ready[s][j]:
-                raise SchedulerError(f"scheduler {name!r} started F{j} on stage {s} before its input")
-            st.f_ready[s][j] = 0
+            ready = st.f_ready[s]
+            if not ready[j]:
+                raise self._refused(f"started F{j} on stage {s} before its input")
+            ready[j] = 0
             st.n_f[s] += 1
             st.in_flight[s] += 1
             i = self.phys[s]
-            self.held[i] += 1
-            peak = self.record.peak_in_flight
-            if self.held[i] > peak[i]:
-                peak[i] = self.held[i]
+            held = self.held[i] + 1
+            self.held[i] = held
+            if held > self.peak[i]:
+                self.peak[i] = held
             code = _F
         elif phase == "W":
-            if not st.w_ready[s][j]:  # set only when this microbatch's B finished
-                raise SchedulerError(f"scheduler {name!r} started W{j} on stage {s} before its B")
-            st.w_ready[s][j] = 0
+            ready = st.w_ready[s]
+            if not ready[j]:  # set only when this microbatch's B finished
+                raise self._refused(f"started W{j} on stage {s} before its B")
+            ready[j] = 0
             st.n_w[s] += 1
             code = _W
         else:
             code = self.layout.bwd_codes[s].get(phase)
-            if code is None or not st.b_ready[s][j]:
+            ready = st.b_ready[s]
+            if code is None or not ready[j]:
                 want = " or ".join(self.layout.bwd_codes[s])
-                raise SchedulerError(f"scheduler {name!r} started {phase}{j} on stage {s}: expected "
-                                     f"{want} after its gradient arrived")
+                raise self._refused(f"started {phase}{j} on stage {s}: expected {want} after its gradient arrived")
             if code == _BW and self.layout.either[s]:
                 self.remaining[s] -= 1  # fused: no W will follow for this microbatch
-            st.b_ready[s][j] = 0
+            ready[j] = 0
             st.n_b[s] += 1
         st.started[s] += 1
-        self.dev_busy[self.layout.sdev[s]] = True
+        self.dev_busy[self.sdev[s]] = True
         g = self.off + j
-        end = now + self.layout.dur[s][code][g]
-        self.record.compute.append((s, g, code, now, end, self.it))
-        self.seq += 1
-        heapq.heappush(self.heap, (end, self.seq, COMPUTE_END, s, j, code))
+        end = now + self.dur[s][code][g]
+        self.rows.append((s, g, code, now, end, self.it))
+        self.seq = seq = self.seq + 1
+        heappush(self.heap, (end, seq, COMPUTE_END, s, j, code))
+
+    def _refused(self, what: str) -> SchedulerError:
+        """The error for a task the scheduler should not have started (the name is read only then)."""
+        return SchedulerError(f"scheduler {self.sched.name!r} {what}")
 
     def send(self, s: int, lk, j: int, direction: int, label: int, now: float) -> None:
         """Ship an activation (direction +1) or gradient (-1) from stage s; schedule its arrival.
@@ -190,16 +201,15 @@ class Iteration:
         else:
             start, arrive = self.links.transmit(lk, now)
             self.record.transfer.append((lk, s, self.off + j, label, start, arrive, self.it))
-        self.seq += 1
-        heapq.heappush(self.heap, (arrive, self.seq, ARRIVAL, s + direction, j, direction))
+        self.seq = seq = self.seq + 1
+        heappush(self.heap, (arrive, seq, ARRIVAL, s + direction, j, direction))
 
     def wake(self, s: int, now: float) -> None:
         """Stage s's device went idle: ask every stage on it (in stage order) for work."""
-        lay = self.layout
-        if len(lay.stages_on_dev) < lay.n_stages:
+        if self.shared:
             busy = self.dev_busy
-            k = lay.sdev[s]
-            for s2 in lay.stages_on_dev[k]:
+            k = self.sdev[s]
+            for s2 in self.layout.stages_on_dev[k]:
                 if not busy[k]:
                     self.start(s2, now)
         else:
@@ -208,25 +218,29 @@ class Iteration:
     # ------------------------------------------------------------------ the event steps
     def compute_end(self, now: float, s: int, j: int, code: int) -> None:
         """A task finished on stage s: free its device, pass its output on, ask for new work."""
-        lay, st = self.layout, self.state
-        self.remaining[s] -= 1
-        if self.remaining[s] == 0:
+        lay = self.layout
+        left = self.remaining[s] - 1
+        self.remaining[s] = left
+        if left == 0:
             self.stage_end[s] = now
-        self.dev_busy[lay.sdev[s]] = False
+        self.dev_busy[self.sdev[s]] = False
         if code == _F:
             if s < lay.n_stages - 1:
                 self.send(s, lay.fwd_link[s], j, 1, _F, now)
             else:
-                st.b_ready[s][j] = 1  # the last stage's backward needs only its own forward
+                self.state.b_ready[s][j] = 1  # the last stage's backward needs only its own forward
         else:
             if code != _W and s > 0:
                 self.send(s, lay.bwd_link[s], j, -1, code, now)
             if code == _B:
-                st.w_ready[s][j] = 1
+                self.state.w_ready[s][j] = 1
             else:
-                st.in_flight[s] -= 1  # BW or W: the activations are released
+                self.state.in_flight[s] -= 1  # BW or W: the activations are released
                 self.held[self.phys[s]] -= 1
-        self.wake(s, now)
+        if self.shared:
+            self.wake(s, now)
+        else:  # the device runs stage s alone: wake() would ask only s
+            self.start(s, now)
 
     def arrival(self, now: float, s: int, j: int, direction: int) -> None:
         """An activation (direction > 0) or a gradient reached stage s."""
@@ -235,14 +249,14 @@ class Iteration:
             st.f_ready[s][j] = 1
         else:
             st.b_ready[s][j] = 1
-        if not self.dev_busy[self.layout.sdev[s]]:
+        if not self.dev_busy[self.sdev[s]]:
             self.start(s, now)
 
     def step(self) -> bool:
         """Pop the earliest event and apply it; False when nothing is left."""
         if not self.heap:
             return False
-        now, _, kind, s, j, code = heapq.heappop(self.heap)
+        now, _, kind, s, j, code = heappop(self.heap)
         if kind == COMPUTE_END:
             self.compute_end(now, s, j, code)
         else:
@@ -253,7 +267,7 @@ class Iteration:
         """Start every stage at t0 and apply events until none is left; per-stage end times."""
         for s in range(self.layout.n_stages):
             self.start(s, t0)
-        heap, pop = self.heap, heapq.heappop
+        heap, pop = self.heap, heappop
         compute_end, arrival = self.compute_end, self.arrival
         while heap:
             now, _, kind, s, j, code = pop(heap)

@@ -14,6 +14,18 @@ WARMUP_FACTOR = 3.0
 BACKWARD_PHASES = ("B", "BW", "W")
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values): sorted distinct values, found by a sort for integer columns.
+
+    numpy 2's np.unique hashes integers first, which costs 2-5x a plain sort on the
+    iteration, microbatch and stage columns the metrics take it of, several times per summary.
+    """
+    if values.dtype.kind not in "iu" or len(values) < 2:
+        return np.unique(values)
+    s = np.sort(values)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]
+
+
 def union_length(start: np.ndarray, end: np.ndarray) -> float:
     """Total time covered by possibly-overlapping intervals (overlap is not double counted)."""
     if len(start) == 0:
@@ -28,7 +40,7 @@ def iteration_walls(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(iteration ids, start ms, wall ms): wall runs to the next iteration's start, so
     per-iteration dead time between iterations is charged to the iteration before it."""
     work = tl.iteration >= 0
-    ids = np.unique(tl.iteration[work])
+    ids = distinct(tl.iteration[work])
     if len(ids) == 0:
         return ids, np.zeros(0), np.zeros(0)
     starts = np.array([tl.start_ms[work & (tl.iteration == i)].min() for i in ids])
@@ -51,11 +63,11 @@ def measured_window(tl: Timeline) -> tuple[Timeline, float, float]:
     if len(ids) == 0:
         raise ValueError("timeline has no iterations to measure")
     drop = warmup_iterations(walls)
-    kept = ids[drop:]
     t0 = float(starts[drop])
     t1 = float(starts[-1] + walls[-1])
-    mask = np.isin(tl.iteration, kept) | ((tl.iteration < 0) & (tl.start_ms >= t0) & (tl.end_ms <= t1))
-    return tl.select(mask), t0, t1
+    # The kept iterations are the tail of the sorted ids, so "kept" is "at least the first kept id".
+    mask = (tl.iteration >= ids[drop]) | ((tl.iteration < 0) & (tl.start_ms >= t0) & (tl.end_ms <= t1))
+    return (tl if mask.all() else tl.select(mask)), t0, t1  # nothing dropped (one iteration, say): no copy
 
 
 def _disjoint_pieces(keys: np.ndarray, start: np.ndarray, end: np.ndarray):
@@ -65,7 +77,7 @@ def _disjoint_pieces(keys: np.ndarray, start: np.ndarray, end: np.ndarray):
     one running max never crosses groups. Returns (key names, group index, piece start,
     piece end) with pieces in the original time base; empty pieces have start == end.
     """
-    names = np.unique(keys)  # hash-based without an inverse; codes by binary search is far cheaper
+    names = distinct(keys)  # without an inverse; codes by binary search are far cheaper
     group = np.searchsorted(names, keys)
     span = float(end.max() - start.min()) + 1.0
     shift = group * span * 2.0
@@ -110,7 +122,7 @@ def time_breakdown(w: Timeline, t0: float, t1: float) -> list[dict]:
     barriers, host/framework overhead). The four parts add up to the mean iteration wall.
     """
     p = w.n_stages
-    ids = np.unique(w.iteration[w.iteration >= 0])
+    ids = distinct(w.iteration[w.iteration >= 0])
     n_iter = max(len(ids), 1)
     work = w.iteration >= 0
     comp = w.kind == "compute"
@@ -164,7 +176,8 @@ def summarize(tl: Timeline) -> dict:
     stage_busy = [by_stage.get(str(s), 0.0) for s in range(tl.n_stages)]
     device_busy = grouped_union(w.device[busy], w.start_ms[busy], w.end_ms[busy])
     breakdown = time_breakdown(w, t0, t1)
-    n_iter_w = max(len(np.unique(w.iteration[w.iteration >= 0])), 1)
+    n_iter = len(distinct(w.iteration[w.iteration >= 0]))
+    n_iter_w = max(n_iter, 1)
     idle_total = {k: sum(r[k] for r in breakdown) * n_iter_w for k in ("iteration_end_ms", "pipeline_idle_ms")}
     link_busy = {}
     if transfer.any():
@@ -175,11 +188,12 @@ def summarize(tl: Timeline) -> dict:
         link_busy = {f"{ends[int(k) // n_ends]}->{ends[int(k) % n_ends]}": v for k, v in
                      grouped_union(code, w.start_ms[transfer], w.end_ms[transfer]).items()}
 
-    mbs = np.unique(w.microbatch[compute & (w.microbatch >= 0)])
+    mbs = distinct(w.microbatch[compute & (w.microbatch >= 0)])
     latencies = _microbatch_latencies(w)
+    # one call for both quantiles: np.percentile's fixed cost is most of it at these sizes
+    p50, p99 = np.percentile(latencies, (50, 99)).tolist() if len(latencies) else (0.0, 0.0)
     compute_ms = float(np.sum(w.end_ms[compute] - w.start_ms[compute]))
     transfer_ms = float(np.sum(w.end_ms[transfer] - w.start_ms[transfer]))
-    n_iter = len(np.unique(w.iteration[w.iteration >= 0]))
     per_s = len(mbs) / (window / 1000.0) if window > 0 else 0.0
 
     return {
@@ -190,8 +204,8 @@ def summarize(tl: Timeline) -> dict:
         },
         "latency_ms": {
             "mean": float(np.mean(latencies)) if len(latencies) else 0.0,
-            "p50": float(np.percentile(latencies, 50)) if len(latencies) else 0.0,
-            "p99": float(np.percentile(latencies, 99)) if len(latencies) else 0.0,
+            "p50": p50,
+            "p99": p99,
         },
         "makespan_ms": window,
         "bubble_ratio": 1.0 - sum(stage_busy) / (tl.n_stages * window) if window > 0 else 0.0,
@@ -209,7 +223,7 @@ def summarize(tl: Timeline) -> dict:
         "communication_overhead": transfer_ms / compute_ms if compute_ms > 0 else 0.0,
         "window": {
             "start_ms": t0, "end_ms": t1, "iterations": n_iter,
-            "warmup_iterations_dropped": int(len(np.unique(tl.iteration[tl.iteration >= 0])) - n_iter),
+            "warmup_iterations_dropped": int(len(distinct(tl.iteration[tl.iteration >= 0])) - n_iter),
             "completed_microbatches": int(len(mbs)),
         },
     }
