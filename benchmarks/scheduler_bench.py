@@ -19,15 +19,31 @@ from hops.schedulers import hetero_search
 
 
 def meta(p: int, m: int, seed: int = 0, v: int = 1) -> PipelineMeta:
-    """p stages; with v > 1, p * v virtual stages (chunks of half the time) over the p devices."""
+    """p stages; with v > 1, p * v virtual stages (chunks of half the time) over the p devices.
+
+    The one-chunk meta can also lay itself out as ZB-V's V (``layout_for``, as the engine's
+    does: each chunk half its stage's times, messages at the link's time), so hetero_search's
+    configure includes its search over the V placement, as it does in a simulation."""
     rng = np.random.default_rng(seed)
     n = p * v
     f = rng.uniform(5, 15, n) / v
     b = f * rng.uniform(0.9, 1.2, n)
     w = f * rng.uniform(0.6, 1.0, n)
-    return PipelineMeta(n, m, f.tolist(), b.tolist(), w.tolist(), (b + w * 0.9).tolist(),
-                        [f"d{i % p}" for i in range(n)], rng.uniform(0.2, 1.0, n).tolist(),
-                        stage_of=[i % p for i in range(n)] if v > 1 else (), virtual_stages=v)
+    bw = b + w * 0.9
+    x = rng.uniform(0.2, 1.0, n).tolist()
+
+    def layout_for(placement) -> PipelineMeta:
+        k2 = len(placement)
+        dev = [d for d, _ in placement]
+        xfer = [0.0 if k == k2 - 1 or dev[k] == dev[k + 1] else x[min(dev[k], dev[k + 1])] for k in range(k2)]
+        half = lambda a: [float(a[d]) / 2 for d in dev]  # noqa: E731
+        return PipelineMeta(k2, m, half(f), half(b), half(w), half(bw), [f"d{d}" for d in dev], xfer,
+                            stage_of=dev, virtual_stages=k2 // p)
+
+    return PipelineMeta(n, m, f.tolist(), b.tolist(), w.tolist(), bw.tolist(),
+                        [f"d{i % p}" for i in range(n)], x,
+                        stage_of=[i % p for i in range(n)] if v > 1 else (), virtual_stages=v,
+                        layout_for=layout_for if v == 1 else None)
 
 
 def main() -> None:

@@ -72,7 +72,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "model_fingerprint": model_fingerprint(catalog),  # the same value the calibration ledger records
     })
     summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"],
-                                  ends=res.extras["model_ends"]))
+                                  ends=res.extras["model_ends"], virtual_stages=res.extras["virtual_stages"]))
     # the same for a dict, an OmegaConf config or a file; write_summary() adds the file it came from
     summary["provenance"] = {**code_provenance(), "scenario": None, "scenario_file": None}
     extras = dict(res.extras)
@@ -130,14 +130,17 @@ def run_horizon(sc: Scenario, topo: Topology, catalog: Catalog, summary: dict, s
 
 
 def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float,
-                   ends: tuple[int, int] | None = None) -> dict:
+                   ends: tuple[int, int] | None = None, virtual_stages: int | None = None) -> dict:
     """Peak memory per device: weights + optimizer state + activations the schedule held at its peak.
 
     ``ends``: the stages that run the first and the last model chunk (default the first and
     last stage); the LM head's weights and optimizer state follow it (see placed_weights_mb).
+    ``virtual_stages``: chunks per stage the run used (default the scenario's; a schedule that
+    picks its placement, hetero_search, may run 2 under a scenario that says 1).
     """
     m = catalog.model
     weights = placed_weights_mb(sc, catalog, ends)
+    v = virtual_stages or sc.virtual_stages
     peak: dict[str, float] = {}
     for i, st in enumerate(sc.stages):
         if st.activation_memory_mb is not None:
@@ -150,7 +153,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
             else:
                 act = msg_mb
         opt = weights[i] * m["optimizer_bytes_per_weight_byte"] if sc.optimizer_enabled else 0.0
-        held = peak_in_flight[i] * act / sc.virtual_stages  # in chunk-microbatches: 1/v of the stage each
+        held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each
         peak[st.device] = peak.get(st.device, 0.0) + weights[i] + opt + held
     capacity = {d: topo.devices[d].memory_gb * 1000.0 for d in peak}
     order = sorted(peak, key=outputs.natural_key)

@@ -180,17 +180,19 @@ def sample_chunks(compute: ComputeModel, placement, times, rng: np.random.Genera
         if c.mode == "distribution":  # the stage's measured times, one v-th per chunk
             sd = compute.devices[i].slowdown / v
             f = draw(c.forward, rng, n) * sd
-            if c.backward is not None:
+            if c.backward is not None:  # as sample(): the split halves' own draws when given
                 bw = draw(c.backward, rng, n) * sd
-                b = bw * (e.b / e.bw)
-                w = bw - b
+                b = draw(c.backward_b, rng, n) * sd if c.backward_b else bw * (e.b / e.bw)
+                w = draw(c.backward_w, rng, n) * sd if c.backward_w else bw - b
             else:
                 b, w = draw(c.backward_b, rng, n) * sd, draw(c.backward_w, rng, n) * sd
                 bw = b + w
         else:
             f, b, w, bw = (np.full(n, x) for x in (e.f, e.b, e.w, e.bw))
-            if jitter > 0:
-                f, b, w, bw = (x * lognormal_unit(rng, jitter, n) for x in (f, b, w, bw))
+            st_cv = compute.scenario.stages[i].compute_jitter
+            cv = jitter if st_cv is None else st_cv  # per-stage value wins, as in sample()
+            if cv > 0:
+                f, b, w, bw = (x * lognormal_unit(rng, cv, n) for x in (f, b, w, bw))
         out.append({"F": f, "B": b, "W": w, "BW": bw})
     return out
 

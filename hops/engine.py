@@ -116,42 +116,65 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     topo = topology or Topology(scenario, catalog)
     compute = ComputeModel(scenario, topo, catalog)
     rngs = rng_streams(seed)
-    p, m, iters = len(placement), scenario.microbatches, scenario.batches  # p counts virtual stages
-    phys = [i for i, _ in placement]
-    stage_dev = [scenario.stages[i].device for i in phys]
-    dev_ids = list(dict.fromkeys(stage_dev))  # in order of first use
-    dev_index = {d: k for k, d in enumerate(dev_ids)}
-    sdev = [dev_index[d] for d in stage_dev]
-    stages_on_dev: list[list[int]] = [[] for _ in dev_ids]
-    for s, k in enumerate(sdev):
-        stages_on_dev[k].append(s)
+    m, iters = scenario.microbatches, scenario.batches
     msg_mb = activation_mb(scenario, catalog)
 
-    # Links along the pipeline, both directions: fwd[s] is s -> s+1, bwd[s] is s -> s-1.
-    links, link_index = [], {}
+    def lay_out(placement):
+        """Everything that follows from where the model chunks run: devices, links, expected times."""
+        p = len(placement)  # virtual stages
+        phys = [i for i, _ in placement]
+        stage_dev = [scenario.stages[i].device for i in phys]
+        dev_ids = list(dict.fromkeys(stage_dev))  # in order of first use
+        dev_index = {d: k for k, d in enumerate(dev_ids)}
+        sdev = [dev_index[d] for d in stage_dev]
+        stages_on_dev: list[list[int]] = [[] for _ in dev_ids]
+        for s, k in enumerate(sdev):
+            stages_on_dev[k].append(s)
+        # Links along the pipeline, both directions: fwd[s] is s -> s+1, bwd[s] is s -> s-1.
+        links, link_index = [], {}
 
-    def link_id(a: int, b: int):
-        if stage_dev[a] == stage_dev[b]:
-            return None
-        lp = topo.link(stage_dev[a], stage_dev[b])
-        if lp is None:
-            raise HopsError(f"no link from {stage_dev[a]} to {stage_dev[b]}")
-        if lp.name not in link_index:
-            link_index[lp.name] = len(links)
-            links.append(lp)
-        return link_index[lp.name]
+        def link_id(a: int, b: int):
+            if stage_dev[a] == stage_dev[b]:
+                return None
+            lp = topo.link(stage_dev[a], stage_dev[b])
+            if lp is None:
+                raise HopsError(f"no link from {stage_dev[a]} to {stage_dev[b]}")
+            if lp.name not in link_index:
+                link_index[lp.name] = len(links)
+                links.append(lp)
+            return link_index[lp.name]
 
-    fwd_link = [link_id(s, s + 1) if s < p - 1 else None for s in range(p)]
-    bwd_link = [link_id(s, s - 1) if s > 0 else None for s in range(p)]
+        fwd_link = [link_id(s, s + 1) if s < p - 1 else None for s in range(p)]
+        bwd_link = [link_id(s, s - 1) if s > 0 else None for s in range(p)]
+        exp = chunk_times(compute, placement)
+        meta = PipelineMeta(
+            n_stages=p, n_microbatches=m, f=[e.f for e in exp], b=[e.b for e in exp], w=[e.w for e in exp],
+            bw=[e.bw for e in exp], devices=stage_dev,
+            transfer_ms=[links[fwd_link[s]].transfer_ms(msg_mb) if fwd_link[s] is not None else 0.0
+                         for s in range(p)],
+            options=dict(scenario.scheduler_options), stage_of=phys, virtual_stages=p // scenario.n_stages,
+            layout_for=layout_meta, flush_ms=flush_ms(phys, stage_dev))
+        return p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta
 
-    exp = chunk_times(compute, placement)
-    meta = PipelineMeta(
-        n_stages=p, n_microbatches=m, f=[e.f for e in exp], b=[e.b for e in exp], w=[e.w for e in exp],
-        bw=[e.bw for e in exp], devices=stage_dev,
-        transfer_ms=[links[fwd_link[s]].transfer_ms(msg_mb) if fwd_link[s] is not None else 0.0 for s in range(p)],
-        options=dict(scenario.scheduler_options), stage_of=phys, virtual_stages=scenario.virtual_stages)
+    def flush_ms(phys, stage_dev) -> float:
+        """The per-iteration time after the flush that the placement decides: the tied-embedding
+        all-reduce between the devices of the first and the last chunk, and the slowest optimizer
+        step (the LM head's follows the last chunk)."""
+        opt = _optimizer_ms(scenario, compute, catalog, ends=(phys[0], phys[-1]))
+        return tied_embedding_sync_ms(scenario, catalog, topo, stage_dev[0], stage_dev[-1]) + max(opt, default=0.0)
+
+    def layout_meta(placement) -> PipelineMeta:
+        """What a scheduler that chooses its own placement (hetero_search) sees of another one."""
+        return lay_out(list(placement))[-1]
+
+    p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta = lay_out(placement)
     sched = sched_cls(**scenario.scheduler_options)
     sched.configure(meta)
+    chosen = getattr(sched, "chosen_placement", None)  # a scheduler may pick its placement at configure time
+    if chosen is not None and list(chosen) != list(placement):
+        placement = list(chosen)
+        p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta = lay_out(placement)
+    v_eff = p // scenario.n_stages
     smode = split_modes(sched.split_backward, p, sched.name)
     split = bool(smode[0]) if len(set(smode)) == 1 and smode[0] != SPLIT_EITHER else \
         ["either" if v == SPLIT_EITHER else bool(v) for v in smode]
@@ -198,12 +221,12 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             stage_end = ends
         t_iter = end_iteration(record, it, t_iter, stage_end, ar_ms, sync_ms, host[it], opt_ms)
 
-    tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev, placement)
+    tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev, placement, v_eff)
     link_stats = {lp.name: {"transfers": links_state.count[k], "contended": links_state.contended[k],
                             "wait_ms": links_state.wait[k]} for k, lp in enumerate(links)}
     return EngineResult(tl, compute.expected, sched, record.peak_in_flight, link_stats,
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
-                         "links": links, "stragglers": stragglers, "virtual_stages": scenario.virtual_stages,
+                         "links": links, "stragglers": stragglers, "virtual_stages": v_eff,
                          "chunks": exp if p != n_phys else None, "model_ends": (phys[0], phys[-1])})
 
 
@@ -260,7 +283,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
     return out
 
 
-def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev, placement) -> Timeline:
+def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev, placement, v=None) -> Timeline:
     """Columns straight from the row tuples with vectorized lookups (no per-row Python work).
 
     Rows carry virtual stages; the Timeline records the scenario stage that ran them and,
@@ -297,5 +320,5 @@ def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev
                               microbatches_per_iteration=scenario.microbatches,
                               samples_per_microbatch=scenario.micro_batch_size,
                               meta={"source": "simulation", "schedule": scenario.schedule,
-                                    **({"virtual_stages": scenario.virtual_stages}
-                                       if scenario.virtual_stages > 1 else {})})
+                                    **({"virtual_stages": v or scenario.virtual_stages}
+                                       if (v or scenario.virtual_stages) > 1 else {})})

@@ -8,7 +8,7 @@ scheduler that answers in O(1) keeps the whole simulation linear in the number o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,15 @@ class PipelineMeta:
     # stage_of[k] is the scenario stage (the device's position) that runs virtual stage k.
     stage_of: Sequence[int] = ()
     virtual_stages: int = 1
+    # The same pipeline under another placement (a list of (stage, chunk) per virtual stage,
+    # as Scheduler.placement returns): a scheduler that picks its placement at configure time
+    # (hetero_search) compares candidates with it and sets ``chosen_placement``; the engine then
+    # lays the run out that way. None where nobody can build one (a hand-made meta).
+    # Per-iteration time after the flush that depends on the placement (the tied-embedding
+    # all-reduce and the slowest optimizer step), so placements can be compared end to end.
+    flush_ms: float = 0.0
+    layout_for: Optional[Callable[[Sequence[tuple[int, int]]], "PipelineMeta"]] = field(default=None, compare=False,
+                                                                                          repr=False)
 
 
 class SchedulerState:

@@ -19,12 +19,29 @@ is the ZB-H1 level (min(p, m) microbatches on every stage, 1F1B's peak) unless
 ``max_in_flight`` (one cap for every stage) or ``extra_in_flight`` (min(p, m) + extra) say
 otherwise, so by default no stage holds more activations than 1F1B's stage 0.
 
-Options: max_in_flight, extra_in_flight, search_passes (coordinate-descent passes, 2),
-search_budget (simulated tasks, 2e5, so a 16 x 64 pipeline configures in under 1 s:
-benchmarks/scheduler_bench.py), per_microbatch (False: each stage all-fused or
-all-split, an ablation).
+The V placement (ZB-V's: device d holds chunks d and 2p - 1 - d, embedding and LM head both
+on device 0, split backward). Where heterogeneity makes the V worth it (a heavy head stage:
+the LM head moves to device 0; deep mixed pipelines: a fill of p - 1 chunk units; a slow
+link between the model's ends: no tied-embedding all-reduce) the search also plans over it:
+zb_v's 8 list-schedule orders (its rules at unit and at expected times, both tie-breaks, both
+W policies) replayed here under the engine's rules, then the same fused-or-split choice as
+above, per device (first ``head`` / last ``tail`` microbatches split, the rest fused),
+busiest devices first, within the budget. Fusing only ever frees an activation earlier, so
+every V plan holds at most 2 min(p, m) chunk activations of half a stage per device, the
+same cap. The placement is chosen per config by simulated makespan at the expected times,
+end to end (each placement's tied-embedding all-reduce and slowest optimizer step,
+PipelineMeta.flush_ms, added to its one-iteration makespan); the V must predict MIN_GAIN
+better, since it sends twice the pipeline messages (slow links: the one-chunk plan wins).
+The engine gives the scheduler the V's meta (PipelineMeta.layout_for) and lays the run out
+as ``chosen_placement`` says. With ``pipeline.virtual_stages: 2`` only the V is searched.
 
-The winner is replayed as a fixed per-stage task order (StaticOrderScheduler semantics):
+Options: max_in_flight, extra_in_flight, search_passes (coordinate-descent passes, 2),
+search_budget (simulated tasks, 2e5 for each placement, so a 16 x 64 pipeline configures in
+under 1 s: benchmarks/scheduler_bench.py), per_microbatch (False: each stage all-fused or
+all-split, an ablation), placement ("auto", the default; "one_chunk"; "v").
+
+The winner is replayed as a fixed per-stage task order (StaticOrderScheduler semantics; a
+V plan as a fixed per-device order over the device's two chunks, DeviceOrderScheduler's):
 with deterministic times the run reproduces the prediction exactly (the internal simulation
 asks the policy at the same moments the engine does, and a non-idling greedy schedule is
 reproduced by its own order); with jitter the order stays deadlock-free because it came from
@@ -42,6 +59,7 @@ import heapq
 from typing import Callable, Sequence
 
 from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
+from .zb_v import list_schedule, v_placement
 
 _F, _B, _W, _BW = 0, 1, 2, 3
 _CACHE: dict[tuple, "Plan"] = {}
@@ -52,10 +70,15 @@ MIN_GAIN = 0.003  # predicted fraction a searched plan must beat the best fittin
 class Plan:
     """The chosen schedule: per-stage task orders, the engine's split modes, and how it was found."""
 
-    __slots__ = ("orders", "modes", "makespan", "label", "evaluated", "baselines", "params")
+    __slots__ = ("orders", "modes", "makespan", "label", "evaluated", "baselines", "params", "placement",
+                 "device_orders", "alternatives")
 
-    def __init__(self, orders, makespan, label, evaluated, baselines, params=None):
+    def __init__(self, orders, makespan, label, evaluated, baselines, params=None, placement=None,
+                 device_orders=None):
         self.params = params  # (head, tail, f_first) of the winning greedy policy, None for a built-in
+        self.placement = placement  # None: one chunk per stage; else (stage, chunk) per virtual stage (the V)
+        self.device_orders = device_orders  # V only: per device, (virtual stage, phase, microbatch)
+        self.alternatives = {}  # predicted makespan of the best plan per placement ("one_chunk", "v")
         self.orders = orders
         self.makespan = makespan
         self.label = label
@@ -355,23 +378,316 @@ def search(meta: PipelineMeta, caps: Sequence[int], max_passes: int = 2, budget:
     _CACHE[key] = plan
     return plan
 
+# --------------------------------------------------------------------------- the V placement
+def device_policy(orders: Sequence[Sequence[tuple[int, str, int]]], device_of: Sequence[int],
+                  hosted: Sequence[Sequence[int]]):
+    """Run fixed per-device orders of (virtual stage, phase, microbatch), DeviceOrderScheduler's
+    semantics: a device starts its next task when that task's stage is asked and it is ready."""
+
+    def choose(state: SchedulerState):
+        s = state.stage
+        d = device_of[s]
+        started = state.started
+        pos = 0
+        for k in hosted[d]:
+            pos += started[k]
+        order = orders[d]
+        if pos >= len(order):
+            return None
+        k, phase, j = order[pos]
+        if k != s:
+            return None
+        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
+        return (phase, j) if ready[s][j] else None
+
+    return choose
+
+
+def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -> float:
+    """Makespan of fixed per-device orders at the expected times: what simulate_policy with
+    device_policy returns, computed without the event heap.
+
+    A fixed order runs each task at max(device free, input ready), and each directed link is
+    fed by one device only (its source), so the link's FIFO serves messages in that device's
+    task order; sweeping the devices until none can advance gives the same times as the
+    event simulation. Returns inf if the orders deadlock.
+    """
+    n, m = meta.n_stages, meta.n_microbatches
+    inf = float("inf")
+    f, b, w, bw = meta.f, meta.b, meta.w, meta.bw
+    devs = meta.devices
+    link_key: dict = {}
+
+    def lid(a, c):
+        if devs[a] == devs[c]:
+            return -1
+        return link_key.setdefault((devs[a], devs[c]), len(link_key))
+
+    fwd = [lid(k, k + 1) if k < n - 1 else -1 for k in range(n)]
+    bwd = [lid(k, k - 1) if k > 0 else -1 for k in range(n)]
+    xf = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
+    xb = [meta.transfer_ms[k - 1] if k > 0 else 0.0 for k in range(n)]
+    link_free = [0.0] * len(link_key)
+    f_at = [[inf] * m for _ in range(n)]
+    b_at = [[inf] * m for _ in range(n)]
+    w_at = [[inf] * m for _ in range(n)]
+    f_at[0] = [0.0] * m
+    n_dev = len(orders)
+    pos = [0] * n_dev
+    free = [0.0] * n_dev
+    end = 0.0
+    left = sum(len(o) for o in orders)
+    progress = True
+    while progress and left:
+        progress = False
+        for d in range(n_dev):
+            order = orders[d]
+            i, t_free = pos[d], free[d]
+            while i < len(order):
+                k, ph, j = order[i]
+                if ph == "F":
+                    r = f_at[k][j]
+                elif ph == "W":
+                    r = w_at[k][j]
+                else:
+                    r = b_at[k][j]
+                if r == inf:
+                    break
+                t0 = r if r > t_free else t_free
+                if ph == "F":
+                    t_free = t0 + f[k]
+                    if k < n - 1:
+                        lk = fwd[k]
+                        if lk < 0:
+                            f_at[k + 1][j] = t_free
+                        else:
+                            a = link_free[lk] if link_free[lk] > t_free else t_free
+                            link_free[lk] = f_at[k + 1][j] = a + xf[k]
+                    else:
+                        b_at[k][j] = t_free
+                elif ph == "W":
+                    t_free = t0 + w[k]
+                else:
+                    t_free = t0 + (b[k] if ph == "B" else bw[k])
+                    if ph == "B":
+                        w_at[k][j] = t_free
+                    if k > 0:
+                        lk = bwd[k]
+                        if lk < 0:
+                            b_at[k - 1][j] = t_free
+                        else:
+                            a = link_free[lk] if link_free[lk] > t_free else t_free
+                            link_free[lk] = b_at[k - 1][j] = a + xb[k]
+                i += 1
+                left -= 1
+                progress = True
+            pos[d], free[d] = i, t_free
+            if t_free > end:
+                end = t_free
+    return inf if left else end
+
+
+def fuse_orders(orders, split_of):
+    """Device orders with some split backwards fused: (k, j) whose ``split_of[k][j]`` is 0 runs BW
+    where its B ran, and its W is dropped. The order stays feasible (every task's inputs come from
+    tasks that still run, no later than before) and holds activations no longer than before."""
+    out = []
+    for order in orders:
+        new = []
+        for k, ph, j in order:
+            if split_of[k][j]:
+                new.append((k, ph, j))
+            elif ph == "B":
+                new.append((k, "BW", j))
+            elif ph != "W":
+                new.append((k, ph, j))
+        out.append(new)
+    return out
+
+
+def v_peak_chunks(orders) -> list[int]:
+    """Most chunk activations each device holds at once under its order."""
+    out = []
+    for order in orders:
+        held = peak = 0
+        for _, ph, _ in order:
+            if ph == "F":
+                held += 1
+                peak = max(peak, held)
+            elif ph in ("W", "BW"):
+                held -= 1
+        out.append(peak)
+    return out
+
+
+def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: float = 2e5):
+    """Best V order found for the V meta (2p virtual stages, device d holds d and 2p-1-d).
+
+    Candidates: ZB-V's list-schedule rules (hops.schedulers.zb_v) at unit and at the expected
+    times, both B tie-breaks and both W policies (the 8 orders zb_v chooses from), each replayed
+    here under the engine's rules (FIFO links included). Then the same fused-or-split choice
+    the one-chunk search makes: per device, a coordinate descent over which microbatches'
+    backwards run fused (first ``head`` and last ``tail`` split, the rest fused), busiest
+    devices first (where a W's extra launch costs the most). Returns (makespan, device orders,
+    label, evaluated) or None when no candidate fits ``cap_chunks``.
+    """
+    n, m = meta.n_stages, meta.n_microbatches
+    p = n // 2
+    xfer = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
+    expected = (list(meta.f), list(meta.b), list(meta.w), xfer)
+    device_of = [k if k < p else n - 1 - k for k in range(n)]
+    hosted = [[d, n - 1 - d] for d in range(p)]
+    evaluated = 0
+
+    def run(orders) -> float:
+        nonlocal evaluated
+        evaluated += 1
+        return replay_device_orders(meta, orders, device_of)
+
+    best = None
+    seen = set()
+    for times in (None, expected):
+        for w_first in (False, True):
+            for b_first in (1, 0):
+                r = list_schedule(p, m, times, b_first, w_first=w_first)
+                if r is None or max(r[1]) > cap_chunks:
+                    continue
+                orders = [[(d if c == 0 else n - 1 - d, ph, j) for c, ph, j in r[2][d]] for d in range(p)]
+                key = tuple(tuple(o) for o in orders)
+                if key in seen:
+                    continue
+                seen.add(key)
+                t = run(orders)
+                if best is None or t < best[0] - 1e-9:
+                    best = (t, orders, f"zb_v rules ({'unit' if times is None else 'expected'} times)")
+    if best is None:
+        return None
+    best_t, base, label = best
+    # Fused-or-split per device: a coordinate descent from all-split, busiest devices first.
+    split_of = [bytearray(b"\x01" * m) for _ in range(n)]
+    ht = [[m, 0] for _ in range(p)]  # (head, tail) split counts per device; (m, 0) = all split
+    load = [meta.f[d] + meta.bw[d] + meta.f[n - 1 - d] + meta.bw[n - 1 - d] for d in range(p)]
+    spent = evaluated * 3 * n * m
+    improved_any = False
+    for _ in range(max_passes):
+        improved = False
+        for d in sorted(range(p), key=lambda d: -load[d]):
+            for h, t in ((0, 0), (0, 1), (0, 2), (0, min(p, m)), (min(p - d, m), 0), (1, 1), (m, 0)):
+                if [h, t] == ht[d] or spent > budget:
+                    continue
+                trial = [bytearray(x) for x in split_of]
+                for k in hosted[d]:
+                    flags = bytearray(m)
+                    for j in list(range(min(h, m))) + list(range(m - min(t, m), m)):
+                        flags[j] = 1
+                    trial[k] = flags
+                orders = fuse_orders(base, trial)
+                t_ms = run(orders)
+                spent += 3 * n * m
+                if t_ms < best_t - 1e-9:
+                    best_t, split_of, ht[d], improved = t_ms, trial, [h, t], True
+                    improved_any = True
+        if not improved or spent > budget:
+            break
+    orders = fuse_orders(base, split_of) if improved_any else base
+    return best_t, orders, label + (", fused where it pays" if improved_any else ""), evaluated
+
 
 class HeteroSearch(StaticOrderScheduler):
-    """Searched per-stage, per-microbatch fused-or-split schedule, replayed as a static order."""
+    """Searched schedule, replayed as a static order: per-stage, per-microbatch fused-or-split
+    over one chunk per stage, or a searched order over ZB-V's V placement, whichever the
+    simulation at the expected times finds shorter within the activation cap."""
 
     name = "hetero_search"
-    option_names = ("extra_in_flight", "max_in_flight", "per_microbatch", "search_budget", "search_passes")
+    option_names = ("extra_in_flight", "max_in_flight", "per_microbatch", "placement", "search_budget",
+                    "search_passes")
+
+    @classmethod
+    def placement(cls, p: int, v: int) -> list[tuple[int, int]]:
+        if v == 2:  # the V only (virtual_stages: 2); with 1 (the default) the search picks
+            return v_placement(p)
+        return super().placement(p, v)
 
     def configure(self, meta: PipelineMeta) -> None:
         Scheduler.configure(self, meta)  # the orders come from the search, not from stage_order
-        p = meta.n_stages
+        self.chosen_placement, self.device_orders = None, None
+        v = meta.virtual_stages
+        p = meta.n_stages // v
+        m = meta.n_microbatches
+        mode = str(self.options.get("placement", "auto"))
+        if mode not in ("auto", "one_chunk", "v"):
+            raise ValueError(f"hetero_search: placement {mode!r}; expected auto, one_chunk or v")
         cap = self.options.get("max_in_flight")
         extra = int(self.options.get("extra_in_flight", 0))
-        caps = [int(cap) if cap else min(p, meta.n_microbatches) + extra for s in range(p)]
-        self.plan = search(meta, caps, int(self.options.get("search_passes", 2)),
-                           float(self.options.get("search_budget", 2e5)),
-                           bool(self.options.get("per_microbatch", True)))
-        self.order = self.plan.orders
-        modes = self.plan.modes
+        cap = int(cap) if cap else min(p, m) + extra
+        passes = int(self.options.get("search_passes", 2))
+        budget = float(self.options.get("search_budget", 2e5))
+        plan = None
+        if v == 1 and mode != "v":
+            plan = search(meta, [cap] * p, passes, budget, bool(self.options.get("per_microbatch", True)))
+        meta_v = meta if v == 2 else (meta.layout_for(v_placement(p)) if meta.layout_for and mode != "one_chunk"
+                                      and p > 1 else None)
+        if meta_v is not None:
+            vplan = search_v_cached(meta_v, 2 * cap, passes, budget)
+            # The V replaces the one-chunk plan only when it predicts more than MIN_GAIN: it sends
+            # twice the messages, so under jitter a tie is better left to the one-chunk order.
+            # Compared end to end: the V needs no tied-embedding all-reduce (both ends on device 0)
+            # but moves the LM head's optimizer step there (meta.flush_ms of each placement).
+            t_one = plan.makespan + meta.flush_ms if plan is not None else float("inf")
+            t_v = vplan.makespan + meta_v.flush_ms if vplan is not None else float("inf")
+            alts = {"one_chunk": t_one, "v": t_v}
+            if vplan is not None and t_v < t_one * (1.0 - MIN_GAIN):
+                vplan.alternatives = alts
+                plan = vplan
+                if v == 1:
+                    self.chosen_placement = vplan.placement
+            elif plan is not None:
+                plan.alternatives = alts
+        if plan is None:
+            raise ValueError(f"hetero_search: no schedule fits {cap} activations per stage")
+        self.plan = plan
+        self.order = plan.orders
+        if plan.device_orders is not None:
+            n = len(plan.orders)
+            self.device_orders = plan.device_orders
+            self.device_of = [k if k < n // 2 else n - 1 - k for k in range(n)]
+            self.hosted = [[d, n - 1 - d] for d in range(n // 2)]
+        modes = plan.modes
         self.split_backward = modes[0] if len(set(map(str, modes))) == 1 and modes[0] != "either" else modes
 
+    def next_tasks(self, state: SchedulerState) -> list[Task]:
+        if self.device_orders is None:
+            return StaticOrderScheduler.next_tasks(self, state)
+        s = state.stage
+        d = self.device_of[s]
+        pos = sum(state.started[k] for k in self.hosted[d])
+        order = self.device_orders[d]
+        if pos >= len(order):
+            return []
+        k, phase, mb = order[pos]
+        if k != s:
+            return []
+        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
+        return [(phase, mb)] if ready[s][mb] else []
+
+
+def search_v_cached(meta: PipelineMeta, cap_chunks: int, max_passes: int, budget: float) -> Plan | None:
+    """search_v as a Plan over the V placement (memoized like search)."""
+    key = ("v", meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w), tuple(meta.bw),
+           tuple(meta.devices), tuple(meta.transfer_ms), cap_chunks, max_passes, budget)
+    if key in _CACHE:
+        return _CACHE[key]
+    r = search_v(meta, cap_chunks, max_passes, budget)
+    plan = None
+    if r is not None:
+        t, dev_orders, label, evaluated = r
+        n = meta.n_stages
+        per_stage = [[] for _ in range(n)]
+        for order in dev_orders:
+            for k, ph, j in order:
+                per_stage[k].append((ph, j))
+        plan = Plan(per_stage, t, "V: " + label, evaluated, {}, None, v_placement(n // 2), dev_orders)
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = plan
+    return plan
