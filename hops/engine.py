@@ -61,9 +61,14 @@ class EngineResult:
     extras: dict = field(default_factory=dict)
 
 
-def check_size(scenario) -> None:
-    """Refuse a run above the ceiling up front, naming the field and the bound."""
-    p, m, iters = scenario.n_stages * scenario.virtual_stages, scenario.microbatches, scenario.batches
+def check_size(scenario, chunks: int | None = None) -> None:
+    """Refuse a run above the ceiling up front, naming the field and the bound.
+
+    ``chunks``: model chunks per stage when a scheduler chose them at configure time
+    (hetero_search's V runs two), else the scenario's virtual_stages.
+    """
+    p = scenario.n_stages * (scenario.virtual_stages if chunks is None else chunks)
+    m, iters = scenario.microbatches, scenario.batches
     if p > MAX_STAGES:
         raise EngineSizeError("pipeline.stages", f"{p} stages; the engine runs at most {MAX_STAGES}")
     tasks = 3 * p * m * iters
@@ -175,6 +180,8 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         placement = list(chosen)
         p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta = lay_out(placement)
     v_eff = p // scenario.n_stages
+    if v_eff != scenario.virtual_stages:
+        check_size(scenario, v_eff)
     smode = split_modes(sched.split_backward, p, sched.name)
     split = bool(smode[0]) if len(set(smode)) == 1 and smode[0] != SPLIT_EITHER else \
         ["either" if v == SPLIT_EITHER else bool(v) for v in smode]

@@ -127,3 +127,13 @@ def test_runs_above_the_ceiling_are_refused_before_any_work():
     object.__setattr__(sc, "microbatches", engine.MAX_TASKS)  # bypass validation: the engine guards itself
     with pytest.raises(ScenarioError, match="simulation.microbatches: .* the engine runs at most"):
         engine.run(sc, Catalog.load())
+
+
+def test_the_ceiling_counts_the_chunks_a_scheduler_chose():
+    """hetero_search may run the V (two chunks per stage): twice the tasks of the scenario's one."""
+    sc = hops.load_scenario(pipeline(2, 4))
+    per_chunk = 3 * 2 * 4 * sc.batches
+    object.__setattr__(sc, "microbatches", 4 * (engine.MAX_TASKS // per_chunk))  # just under at one chunk
+    engine.check_size(sc)
+    with pytest.raises(ScenarioError, match="4 stages x .* the engine runs at most"):
+        engine.check_size(sc, chunks=2)

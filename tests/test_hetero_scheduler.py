@@ -345,6 +345,15 @@ def test_hetero_search_with_two_virtual_stages_runs_the_v_only():
         hops.simulate(sc)
 
 
+def test_an_unknown_placement_option_is_a_one_line_scenario_error_naming_the_field():
+    from hops.errors import ScenarioError
+
+    sc = pipeline(4, 8, schedule="hetero_search", split=0.5)
+    sc["pipeline"]["scheduler_options"] = {"placement": "vee"}
+    with pytest.raises(ScenarioError, match=r"pipeline\.scheduler_options\.placement: 'vee': expected auto, one_chunk or v"):
+        hops.simulate(sc)
+
+
 def test_device_order_replay_matches_the_event_simulation():
     """The V search prices orders with a heap-free replay; it must agree with the event
     simulation that mirrors the engine (FIFO links, shared devices), fused backwards included."""

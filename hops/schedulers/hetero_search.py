@@ -58,6 +58,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Sequence
 
+from ..errors import ScenarioError
 from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
 from .zb_v import list_schedule, v_placement
 
@@ -616,7 +617,7 @@ class HeteroSearch(StaticOrderScheduler):
         m = meta.n_microbatches
         mode = str(self.options.get("placement", "auto"))
         if mode not in ("auto", "one_chunk", "v"):
-            raise ValueError(f"hetero_search: placement {mode!r}; expected auto, one_chunk or v")
+            raise ScenarioError("pipeline.scheduler_options.placement", f"{mode!r}: expected auto, one_chunk or v")
         cap = self.options.get("max_in_flight")
         extra = int(self.options.get("extra_in_flight", 0))
         cap = int(cap) if cap else min(p, m) + extra

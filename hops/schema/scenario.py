@@ -133,7 +133,8 @@ class SimulationModel(Section):
 
 class PipelineModel(Section):
     schedule: Str(description="gpipe, 1f1b, zb_h1, zb_h2, zb_v (virtual_stages: 2), interleaved_1f1b, "
-                            "zero_bubble, hops_hetero, hetero_search or a dotted path") = "1f1b"
+                            "zero_bubble, hops_hetero, hetero_search (picks one chunk per stage or ZB-V's V itself) "
+                            "or a dotted path") = "1f1b"
     scheduler_options: DictOf(Any) = Field(default_factory=dict)
     precision: Str(PRECISIONS) = "bf16"
     backward_factor: Num(gt=0) = 2.0
@@ -143,7 +144,7 @@ class PipelineModel(Section):
     activation_mb: Num(gt=0) | None = None
     compute_jitter: Num(ge=0) = 0.0
     host_overhead: DistributionModel | None = None
-    virtual_stages: Int(ge=1) = 1  # model chunks per stage (interleaved 1F1B's v; 2 for zb_v)
+    virtual_stages: Int(ge=1) = 1  # model chunks per stage (interleaved 1F1B's v; 2 for zb_v; 2 makes hetero_search plan the V only)
 
 
 class DeviceModel(Section):
