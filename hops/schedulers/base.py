@@ -128,17 +128,27 @@ class DeviceOrderScheduler(Scheduler):
         raise NotImplementedError
 
     def next_tasks(self, state: SchedulerState) -> list[Task]:
-        s = state.stage
-        d = self.device_of[s]
-        pos = sum(state.started[k] for k in self.hosted[d])
-        order = self.order[d]
-        if pos >= len(order):
-            return []
-        k, phase, mb = order[pos]
-        if k != s:
-            return []
-        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
-        return [(phase, mb)] if ready[s][mb] else []
+        return next_in_device_order(state, self.order, self.device_of, self.hosted)
+
+
+def next_in_device_order(state: SchedulerState, orders, device_of, hosted) -> list[Task]:
+    """The next task of the asking stage's device, if it is this stage's and ready.
+
+    A device running several chunks keeps one order over all of them: its position is the
+    count of tasks its chunks have started, so a chunk waits while the device's next task
+    belongs to another of its chunks.
+    """
+    s = state.stage
+    d = device_of[s]
+    pos = sum(state.started[k] for k in hosted[d])
+    order = orders[d]
+    if pos >= len(order):
+        return []
+    k, phase, mb = order[pos]
+    if k != s:
+        return []
+    ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
+    return [(phase, mb)] if ready[s][mb] else []
 
 
 class StaticOrderScheduler(Scheduler):

@@ -59,7 +59,7 @@ import heapq
 from typing import Callable, Sequence
 
 from ..errors import ScenarioError
-from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
+from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, next_in_device_order
 from .zb_v import list_schedule, v_placement
 
 _F, _B, _W, _BW = 0, 1, 2, 3
@@ -93,6 +93,27 @@ class Plan:
 
 
 # --------------------------------------------------------------------------- internal simulation
+def pipeline_links(meta: PipelineMeta):
+    """Per (virtual) stage: forward and backward link ids (-1 within a device), their transfer
+    times, and the number of distinct directed links, numbered as the engine's FIFOs are.
+
+    The backward hop s -> s-1 is taken to cost what s-1 -> s costs (PipelineMeta carries
+    forward transfer times only)."""
+    n, devs = meta.n_stages, meta.devices
+    link_key: dict[tuple, int] = {}
+
+    def lid(a, c):
+        if devs[a] == devs[c]:
+            return -1
+        return link_key.setdefault((devs[a], devs[c]), len(link_key))
+
+    fwd = [lid(k, k + 1) if k < n - 1 else -1 for k in range(n)]
+    bwd = [lid(k, k - 1) if k > 0 else -1 for k in range(n)]
+    xf = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
+    xb = [meta.transfer_ms[k - 1] if k > 0 else 0.0 for k in range(n)]
+    return fwd, bwd, xf, xb, len(link_key)
+
+
 def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task | None],
                     record: bool = False):
     """One iteration under expected times, with the engine's rules; returns (makespan, orders).
@@ -112,18 +133,8 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
         by_dev[k].append(s2)
     on_dev = [by_dev[k] for k in sdev]
     shared = len(dev_ids) < p
-    link_key: dict[tuple, int] = {}
-
-    def lid(a, b):
-        if devs[a] == devs[b]:
-            return -1
-        return link_key.setdefault((devs[a], devs[b]), len(link_key))
-
-    fwd = [lid(s, s + 1) if s < p - 1 else -1 for s in range(p)]
-    bwd = [lid(s, s - 1) if s > 0 else -1 for s in range(p)]
-    xf = [meta.transfer_ms[s] if s < p - 1 else 0.0 for s in range(p)]
-    xb = [meta.transfer_ms[s - 1] if s > 0 else 0.0 for s in range(p)]
-    link_free = [0.0] * len(link_key)
+    fwd, bwd, xf, xb, n_links = pipeline_links(meta)
+    link_free = [0.0] * n_links
 
     st = SchedulerState(p, m, 0)
     f_ready, b_ready, w_ready = st.f_ready, st.b_ready, st.w_ready
@@ -416,19 +427,8 @@ def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -
     n, m = meta.n_stages, meta.n_microbatches
     inf = float("inf")
     f, b, w, bw = meta.f, meta.b, meta.w, meta.bw
-    devs = meta.devices
-    link_key: dict = {}
-
-    def lid(a, c):
-        if devs[a] == devs[c]:
-            return -1
-        return link_key.setdefault((devs[a], devs[c]), len(link_key))
-
-    fwd = [lid(k, k + 1) if k < n - 1 else -1 for k in range(n)]
-    bwd = [lid(k, k - 1) if k > 0 else -1 for k in range(n)]
-    xf = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
-    xb = [meta.transfer_ms[k - 1] if k > 0 else 0.0 for k in range(n)]
-    link_free = [0.0] * len(link_key)
+    fwd, bwd, xf, xb, n_links = pipeline_links(meta)
+    link_free = [0.0] * n_links
     f_at = [[inf] * m for _ in range(n)]
     b_at = [[inf] * m for _ in range(n)]
     w_at = [[inf] * m for _ in range(n)]
@@ -659,17 +659,7 @@ class HeteroSearch(StaticOrderScheduler):
     def next_tasks(self, state: SchedulerState) -> list[Task]:
         if self.device_orders is None:
             return StaticOrderScheduler.next_tasks(self, state)
-        s = state.stage
-        d = self.device_of[s]
-        pos = sum(state.started[k] for k in self.hosted[d])
-        order = self.device_orders[d]
-        if pos >= len(order):
-            return []
-        k, phase, mb = order[pos]
-        if k != s:
-            return []
-        ready = state.f_ready if phase == "F" else state.w_ready if phase == "W" else state.b_ready
-        return [(phase, mb)] if ready[s][mb] else []
+        return next_in_device_order(state, self.device_orders, self.device_of, self.hosted)
 
 
 def search_v_cached(meta: PipelineMeta, cap_chunks: int, max_passes: int, budget: float) -> Plan | None:
