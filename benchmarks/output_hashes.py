@@ -32,6 +32,7 @@ def scenario_files() -> list[Path]:
 def fingerprint(doc: dict) -> str:
     res = hops.simulate(doc)
     res.summary.pop("provenance", None)  # version and git commit: what ran, not what it computed
+    res.summary.pop("model_fingerprint", None)  # hashes the model's code: any refactor changes it
     h = hashlib.sha256()
     with tempfile.TemporaryDirectory() as d:
         res.write(d)

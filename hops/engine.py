@@ -124,61 +124,16 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     m, iters = scenario.microbatches, scenario.batches
     msg_mb = activation_mb(scenario, catalog)
 
-    def lay_out(placement):
-        """Everything that follows from where the model chunks run: devices, links, expected times."""
-        p = len(placement)  # virtual stages
-        phys = [i for i, _ in placement]
-        stage_dev = [scenario.stages[i].device for i in phys]
-        dev_ids = list(dict.fromkeys(stage_dev))  # in order of first use
-        dev_index = {d: k for k, d in enumerate(dev_ids)}
-        sdev = [dev_index[d] for d in stage_dev]
-        stages_on_dev: list[list[int]] = [[] for _ in dev_ids]
-        for s, k in enumerate(sdev):
-            stages_on_dev[k].append(s)
-        # Links along the pipeline, both directions: fwd[s] is s -> s+1, bwd[s] is s -> s-1.
-        links, link_index = [], {}
-
-        def link_id(a: int, b: int):
-            if stage_dev[a] == stage_dev[b]:
-                return None
-            lp = topo.link(stage_dev[a], stage_dev[b])
-            if lp is None:
-                raise HopsError(f"no link from {stage_dev[a]} to {stage_dev[b]}")
-            if lp.name not in link_index:
-                link_index[lp.name] = len(links)
-                links.append(lp)
-            return link_index[lp.name]
-
-        fwd_link = [link_id(s, s + 1) if s < p - 1 else None for s in range(p)]
-        bwd_link = [link_id(s, s - 1) if s > 0 else None for s in range(p)]
-        exp = chunk_times(compute, placement)
-        meta = PipelineMeta(
-            n_stages=p, n_microbatches=m, f=[e.f for e in exp], b=[e.b for e in exp], w=[e.w for e in exp],
-            bw=[e.bw for e in exp], devices=stage_dev,
-            transfer_ms=[links[fwd_link[s]].transfer_ms(msg_mb) if fwd_link[s] is not None else 0.0
-                         for s in range(p)],
-            options=dict(scenario.scheduler_options), stage_of=phys, virtual_stages=p // scenario.n_stages,
-            layout_for=layout_meta, flush_ms=flush_ms(phys, stage_dev))
-        return p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta
-
-    def flush_ms(phys, stage_dev) -> float:
-        """The per-iteration time after the flush that the placement decides: the tied-embedding
-        all-reduce between the devices of the first and the last chunk, and the slowest optimizer
-        step (the LM head's follows the last chunk)."""
-        opt = _optimizer_ms(scenario, compute, catalog, ends=(phys[0], phys[-1]))
-        return tied_embedding_sync_ms(scenario, catalog, topo, stage_dev[0], stage_dev[-1]) + max(opt, default=0.0)
-
-    def layout_meta(placement) -> PipelineMeta:
-        """What a scheduler that chooses its own placement (hetero_search) sees of another one."""
-        return lay_out(list(placement))[-1]
-
-    p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta = lay_out(placement)
+    ctx = _Context(scenario, catalog, topo, compute, msg_mb)
+    laid = lay_out(ctx, placement)
     sched = sched_cls(**scenario.scheduler_options)
-    sched.configure(meta)
+    sched.configure(laid.meta)
     chosen = getattr(sched, "chosen_placement", None)  # a scheduler may pick its placement at configure time
     if chosen is not None and list(chosen) != list(placement):
         placement = list(chosen)
-        p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta = lay_out(placement)
+        laid = lay_out(ctx, placement)
+    p, phys, stage_dev, dev_ids, sdev = laid.p, laid.phys, laid.stage_dev, laid.dev_ids, laid.sdev
+    links, fwd_link, bwd_link, exp = laid.links, laid.fwd_link, laid.bwd_link, laid.exp
     v_eff = p // scenario.n_stages
     if v_eff != scenario.virtual_stages:
         check_size(scenario, v_eff)
@@ -198,7 +153,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             if factor != 1.0:
                 samples[s] = {ph: arr * factor for ph, arr in samples[s].items()}
     layout = Layout(
-        n_stages=p, n_microbatches=m, sdev=sdev, stages_on_dev=stages_on_dev, fwd_link=fwd_link,
+        n_stages=p, n_microbatches=m, sdev=sdev, stages_on_dev=laid.stages_on_dev, fwd_link=fwd_link,
         bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
         bwd_codes=[({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode],
         either=[v == SPLIT_EITHER for v in smode], tasks_per_stage=[m * (3 if v else 2) for v in smode],
@@ -235,6 +190,82 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
                          "links": links, "stragglers": stragglers, "virtual_stages": v_eff,
                          "chunks": exp if p != n_phys else None, "model_ends": (phys[0], phys[-1])})
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What a placement is laid out against: the scenario and its hardware, compute model and message size."""
+    scenario: object
+    catalog: Catalog
+    topo: Topology
+    compute: ComputeModel
+    msg_mb: float
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Everything that follows from where the model chunks run (``placement``: (stage, chunk)
+    per virtual stage): the device of each virtual stage, the links between neighbours in both
+    directions (fwd_link[s] is s -> s+1, bwd_link[s] is s -> s-1; None within a device), the
+    expected chunk times and the PipelineMeta a scheduler plans from."""
+    p: int  # virtual stages
+    phys: list  # scenario stage of each virtual stage
+    stage_dev: list
+    dev_ids: list  # devices in order of first use
+    sdev: list  # device index of each virtual stage
+    stages_on_dev: list
+    links: list
+    fwd_link: list
+    bwd_link: list
+    exp: list
+    meta: PipelineMeta
+
+
+def lay_out(ctx: _Context, placement) -> Placed:
+    """Placed for this placement; hops.engine.run lays out the schedule's, then the scheduler's choice."""
+    sc = ctx.scenario
+    p = len(placement)
+    phys = [i for i, _ in placement]
+    stage_dev = [sc.stages[i].device for i in phys]
+    dev_ids = list(dict.fromkeys(stage_dev))
+    dev_index = {d: k for k, d in enumerate(dev_ids)}
+    sdev = [dev_index[d] for d in stage_dev]
+    stages_on_dev: list[list[int]] = [[] for _ in dev_ids]
+    for s, k in enumerate(sdev):
+        stages_on_dev[k].append(s)
+    links, link_index = [], {}
+
+    def link_id(a: int, b: int):
+        if stage_dev[a] == stage_dev[b]:
+            return None
+        lp = ctx.topo.link(stage_dev[a], stage_dev[b])
+        if lp is None:
+            raise HopsError(f"no link from {stage_dev[a]} to {stage_dev[b]}")
+        if lp.name not in link_index:
+            link_index[lp.name] = len(links)
+            links.append(lp)
+        return link_index[lp.name]
+
+    fwd_link = [link_id(s, s + 1) if s < p - 1 else None for s in range(p)]
+    bwd_link = [link_id(s, s - 1) if s > 0 else None for s in range(p)]
+    exp = chunk_times(ctx.compute, placement)
+    meta = PipelineMeta(
+        n_stages=p, n_microbatches=sc.microbatches, f=[e.f for e in exp], b=[e.b for e in exp],
+        w=[e.w for e in exp], bw=[e.bw for e in exp], devices=stage_dev,
+        transfer_ms=[links[fwd_link[s]].transfer_ms(ctx.msg_mb) if fwd_link[s] is not None else 0.0
+                     for s in range(p)],
+        options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
+        layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=flush_ms(ctx, phys, stage_dev))
+    return Placed(p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta)
+
+
+def flush_ms(ctx: _Context, phys, stage_dev) -> float:
+    """The per-iteration time after the flush that the placement decides: the tied-embedding
+    all-reduce between the devices of the first and the last chunk, and the slowest optimizer
+    step (the LM head's follows the last chunk). hetero_search weighs placements by it."""
+    opt = _optimizer_ms(ctx.scenario, ctx.compute, ctx.catalog, ends=(phys[0], phys[-1]))
+    return (tied_embedding_sync_ms(ctx.scenario, ctx.catalog, ctx.topo, stage_dev[0], stage_dev[-1])
+            + max(opt, default=0.0))
 
 
 def split_modes(value, p: int, name: str = "?") -> list[int]:
