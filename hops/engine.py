@@ -37,6 +37,7 @@ from .compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chu
 from .engine_core import _B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration
 from .errors import HopsError, ScenarioError
 from .hardware import Catalog, Topology
+from .memory import memory_summary
 from .schedulers import PipelineMeta, Scheduler, resolve_scheduler
 from .timeline import Timeline
 
@@ -255,7 +256,10 @@ def lay_out(ctx: _Context, placement) -> Placed:
         transfer_ms=[links[fwd_link[s]].transfer_ms(ctx.msg_mb) if fwd_link[s] is not None else 0.0
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
-        layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=flush_ms(ctx, phys, stage_dev))
+        layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=flush_ms(ctx, phys, stage_dev),
+        fits_memory=lambda in_flight: not memory_summary(
+            sc, ctx.topo, ctx.catalog, in_flight, ctx.msg_mb, ends=(phys[0], phys[-1]),
+            virtual_stages=p // sc.n_stages)["memory_over_capacity"])
     return Placed(p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta)
 
 

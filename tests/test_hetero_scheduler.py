@@ -345,6 +345,25 @@ def test_hetero_search_with_two_virtual_stages_runs_the_v_only():
         hops.simulate(sc)
 
 
+def test_a_faster_v_that_overruns_a_device_memory_loses_to_a_one_chunk_plan_that_fits():
+    """bench_a10g_front runs the V (775 ms against 991). Make the last device's activations
+    large: the V holds 4 stage-microbatches there, the one-chunk plan 3, and only the latter
+    fits the L4's 24 GB. Forced, the V overruns it."""
+    import copy
+
+    paths = {p.stem: p for p in reference_configs()}
+    doc, _ = load_document(paths["bench_a10g_front"])
+    doc["pipeline"]["schedule"] = "hetero_search"
+    assert hops.simulate(doc).extras["virtual_stages"] == 2
+    for i, st in enumerate(doc["pipeline"]["stages"]):
+        st["activation_memory_mb"] = 5000 if i == 3 else 100
+    auto = hops.simulate(doc)
+    assert auto.extras["virtual_stages"] == 1 and auto.summary["memory_over_capacity"] == []
+    forced = copy.deepcopy(doc)
+    forced["pipeline"]["scheduler_options"] = {"placement": "v"}
+    assert hops.simulate(forced).summary["memory_over_capacity"] == ["l4_n3_g0"]
+
+
 def test_an_unknown_placement_option_is_a_one_line_scenario_error_naming_the_field():
     from hops.errors import ScenarioError
 

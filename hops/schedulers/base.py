@@ -37,6 +37,10 @@ class PipelineMeta:
     flush_ms: float = 0.0
     layout_for: Optional[Callable[[Sequence[tuple[int, int]]], "PipelineMeta"]] = field(default=None, compare=False,
                                                                                           repr=False)
+    # Whether every device stays within its memory under this placement when each scenario
+    # stage holds the given peak of in-flight chunk-microbatches (weights, optimizer state and
+    # activations, as summary.json's peak_memory_mb counts them). None: not known (a hand-made meta).
+    fits_memory: Optional[Callable[[Sequence[int]], bool]] = field(default=None, compare=False, repr=False)
 
 
 class SchedulerState:

@@ -594,6 +594,11 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
     return best_t, orders, label + (", fused where it pays" if improved_any else ""), evaluated
 
 
+def fits(meta: PipelineMeta, in_flight: Sequence[int]) -> bool:
+    """The placement keeps every device within its memory (True when the meta cannot tell)."""
+    return meta.fits_memory is None or meta.fits_memory(in_flight)
+
+
 class HeteroSearch(StaticOrderScheduler):
     """Searched schedule, replayed as a static order: per-stage, per-microbatch fused-or-split
     over one chunk per stage, or a searched order over ZB-V's V placement, whichever the
@@ -634,10 +639,14 @@ class HeteroSearch(StaticOrderScheduler):
             # twice the messages, so under jitter a tie is better left to the one-chunk order.
             # Compared end to end: the V needs no tied-embedding all-reduce (both ends on device 0)
             # but moves the LM head's optimizer step there (meta.flush_ms of each placement).
+            # A placement that overruns a device's memory loses to one that fits, whatever its time.
             t_one = plan.makespan + meta.flush_ms if plan is not None else float("inf")
             t_v = vplan.makespan + meta_v.flush_ms if vplan is not None else float("inf")
             alts = {"one_chunk": t_one, "v": t_v}
-            if vplan is not None and t_v < t_one * (1.0 - MIN_GAIN):
+            fit_one = plan is not None and fits(meta, [peak_in_flight(o) for o in plan.orders])
+            fit_v = vplan is not None and fits(meta_v, [peak_in_flight([(ph, j) for _, ph, j in o])
+                                                         for o in vplan.device_orders])
+            if vplan is not None and (fit_v and not fit_one or fit_v == fit_one and t_v < t_one * (1.0 - MIN_GAIN)):
                 vplan.alternatives = alts
                 plan = vplan
                 if v == 1:

@@ -1,0 +1,79 @@
+"""Peak memory per device: weights, optimizer state and the activations a schedule holds.
+
+Lives apart from hops.api so that the engine can ask whether a placement fits the devices
+before it runs (hetero_search chooses between placements at configure time).
+"""
+from __future__ import annotations
+
+from . import outputs
+from .compute import stage_layers
+from .hardware import Catalog, Topology
+from .scenario import Scenario
+
+
+def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float,
+                   ends: tuple[int, int] | None = None, virtual_stages: int | None = None) -> dict:
+    """Peak memory per device: weights + optimizer state + activations the schedule held at its peak.
+
+    ``ends``: the stages that run the first and the last model chunk (default the first and
+    last stage); the LM head's weights and optimizer state follow it (see placed_weights_mb).
+    ``virtual_stages``: chunks per stage the run used (default the scenario's; a schedule that
+    picks its placement, hetero_search, may run 2 under a scenario that says 1).
+    """
+    m = catalog.model
+    weights = placed_weights_mb(sc, catalog, ends)
+    v = virtual_stages or sc.virtual_stages
+    peak: dict[str, float] = {}
+    for i, st in enumerate(sc.stages):
+        if st.activation_memory_mb is not None:
+            act = st.activation_memory_mb
+        else:
+            layers = stage_layers(sc, st, m)
+            if layers and sc.hidden_dim and sc.seq_len:
+                act = layers * sc.seq_len * sc.hidden_dim * sc.micro_batch_size * \
+                    m["activation_bytes_per_token_hidden"] / 1e6
+            else:
+                act = msg_mb
+        opt = weights[i] * m["optimizer_bytes_per_weight_byte"] if sc.optimizer_enabled else 0.0
+        held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each
+        peak[st.device] = peak.get(st.device, 0.0) + weights[i] + opt + held
+    capacity = {d: topo.devices[d].memory_gb * 1000.0 for d in peak}
+    order = sorted(peak, key=outputs.natural_key)
+    return {"peak_memory_mb": {d: peak[d] for d in order}, "memory_capacity_mb": {d: capacity[d] for d in order},
+            "memory_over_capacity": [d for d in order if peak[d] > capacity[d]]}
+
+
+def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | None = None) -> list[float]:
+    """Each stage's weights once the schedule has placed the model's first and last chunk.
+
+    A schedule that runs the last chunk somewhere other than the last stage (ZB-V's V runs it
+    on the first) puts the LM head's h x V matrix there too, with its optimizer state, the
+    placement the optimizer step and the tied-embedding all-reduce follow (hops.engine).
+    That stage gains the matrix unless it already holds it: tied embeddings share the first
+    stage's. The stage that no longer runs the head keeps its stated ``weights_mb``:
+    scenarios state layer weights as often as layer + head weights (every shipped one and
+    every Megatron fixture gives all stages the same figure), so taking the matrix away
+    could count a head that was never there; memory errs on the high side instead.
+    Needs the model shape (hidden_dim); interleaved 1F1B keeps the ends, so nothing moves.
+    """
+    weights = [st.weights_mb for st in sc.stages]
+    n = sc.n_stages
+    ends = (0, n - 1) if ends is None else tuple(ends)
+    if ends == (0, n - 1) or not sc.hidden_dim:
+        return weights
+    m = catalog.model
+    tied = sc.tied_embeddings if sc.tied_embeddings is not None else m["tied_embeddings"]
+    matrix_mb = sc.hidden_dim * (sc.vocab_size or m["vocab_size"]) * m["bytes_per_element"][sc.precision] / 1e6
+    gained = [max(a - b, 0) for a, b in zip(vocab_matrices(n, ends, tied), vocab_matrices(n, (0, n - 1), tied))]
+    return [w + k * matrix_mb for w, k in zip(weights, gained)]
+
+
+def vocab_matrices(n_stages: int, ends: tuple[int, int], tied: bool) -> list[int]:
+    """h x V matrices per stage: the embedding where the first chunk runs, the LM head where
+    the last runs, one matrix for both when they share a stage and are tied."""
+    first, last = ends
+    out = [0] * n_stages
+    out[first] += 1
+    if last != first or not tied:
+        out[last] += 1
+    return out
