@@ -41,8 +41,28 @@ def config_key(fixture_id: str) -> str:
     return re.sub(r"_run\d+$", "", fixture_id)
 
 
+class _Spread:
+    """Two measured runs of one configuration: how far the second is from the first, with the
+    same sign convention as a throughput error ((second - first) / first x 100) and in bubble pp."""
+
+    def _measured(self) -> tuple[float, float, float, float]:  # throughput first, second; bubble first, second
+        raise NotImplementedError
+
+    @property
+    def throughput_pct(self) -> float:
+        t0, t1, _, _ = self._measured()
+        return (t1 - t0) / t0 * 100.0
+
+    @property
+    def bubble_pp(self) -> float:
+        _, _, b0, b1 = self._measured()
+        return (b1 - b0) * 100.0
+
+
 @dataclass(frozen=True)
-class Pair:
+class Pair(_Spread):
+    """An archive run against the train run of the same configuration (archive - train)."""
+
     key: str
     archive: str
     train: str
@@ -51,18 +71,12 @@ class Pair:
     bubble_archive: float  # ratio, measured
     bubble_train: float
 
-    @property
-    def throughput_pct(self) -> float:
-        """(archive - train) / train x 100, the same sign convention as a throughput error."""
-        return (self.throughput_archive - self.throughput_train) / self.throughput_train * 100.0
-
-    @property
-    def bubble_pp(self) -> float:
-        return (self.bubble_archive - self.bubble_train) * 100.0
+    def _measured(self) -> tuple[float, float, float, float]:
+        return self.throughput_train, self.throughput_archive, self.bubble_train, self.bubble_archive
 
 
 @dataclass(frozen=True)
-class Twin:
+class Twin(_Spread):
     """Two train runs of one job under different schedule labels, with the same executed order."""
 
     job: str  # the reference run's configuration
@@ -73,14 +87,13 @@ class Twin:
     bubble_reference: float
     bubble_other: float
 
-    @property
-    def throughput_pct(self) -> float:
-        """(other - reference) / reference x 100."""
-        return (self.throughput_other - self.throughput_reference) / self.throughput_reference * 100.0
+    def _measured(self) -> tuple[float, float, float, float]:
+        return self.throughput_reference, self.throughput_other, self.bubble_reference, self.bubble_other
 
-    @property
-    def bubble_pp(self) -> float:
-        return (self.bubble_other - self.bubble_reference) * 100.0
+
+def _mean_abs(values) -> float:
+    values = [abs(v) for v in values]
+    return sum(values) / len(values) if values else math.nan
 
 
 @dataclass
@@ -92,19 +105,19 @@ class Noise:
 
     @property
     def throughput_pct_mean(self) -> float:
-        return sum(abs(p.throughput_pct) for p in self.pairs) / len(self.pairs) if self.pairs else math.nan
+        return _mean_abs(p.throughput_pct for p in self.pairs)
 
     @property
     def bubble_pp_mean(self) -> float:
-        return sum(abs(p.bubble_pp) for p in self.pairs) / len(self.pairs) if self.pairs else math.nan
+        return _mean_abs(p.bubble_pp for p in self.pairs)
 
     @property
     def twin_throughput_pct_mean(self) -> float:
-        return sum(abs(t.throughput_pct) for t in self.twins) / len(self.twins) if self.twins else math.nan
+        return _mean_abs(t.throughput_pct for t in self.twins)
 
     @property
     def twin_bubble_pp_mean(self) -> float:
-        return sum(abs(t.bubble_pp) for t in self.twins) / len(self.twins) if self.twins else math.nan
+        return _mean_abs(t.bubble_pp for t in self.twins)
 
     def band(self, train_id: str) -> tuple[float, float] | None:
         """|throughput %| and |bubble pp| spread of this train fixture's job (largest over archive

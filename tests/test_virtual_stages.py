@@ -205,17 +205,24 @@ def test_zb_v_needs_two_chunks_per_stage_and_says_which_field():
         hops.simulate(sc)
 
 
+def analytical_doc(schedule, *, p=3, hidden_dim=2048, tied=None, **stage):
+    """p A100s on separate nodes, each stage 1000 MB of weights and 4 TFLOP, optimizer on;
+    ``stage`` adds keys to every stage (e.g. activation_memory_mb)."""
+    v = 2 if schedule in ("zb_v", "interleaved_1f1b") else 1
+    return {"simulation": {"batches": 1, "microbatches": 2 * p},
+            "pipeline": {"schedule": schedule, "virtual_stages": v, "precision": "bf16",
+                         "model": {"hidden_dim": hidden_dim, "seq_len": 2048, "vocab_size": 50304,
+                                   **({} if tied is None else {"tied_embeddings": tied})},
+                         "stages": [{"device": f"g{i}", "weights_mb": 1000, **stage,
+                                     "compute": {"mode": "analytical", "tflop": 4.0, "memory_mb": 1000}}
+                                    for i in range(p)]},
+            "hardware": {"devices": [{"id": f"g{i}", "gpu": "a100", "node": f"n{i}"} for i in range(p)],
+                         "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}},
+            "optimizer": {"enabled": True}}
+
+
 def analytical_v(schedule, p=3):
-    sc = {"simulation": {"batches": 1, "microbatches": 2 * p},
-          "pipeline": {"schedule": schedule, "virtual_stages": 2 if schedule == "zb_v" else 1,
-                       "model": {"hidden_dim": 2048, "seq_len": 2048},
-                       "stages": [{"device": f"g{i}", "weights_mb": 1000,
-                                   "compute": {"mode": "analytical", "tflop": 4.0, "memory_mb": 1000}}
-                                  for i in range(p)]},
-          "hardware": {"devices": [{"id": f"g{i}", "gpu": "a100", "node": f"n{i}"} for i in range(p)],
-                       "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}},
-          "optimizer": {"enabled": True}}
-    return hops.simulate(sc)
+    return hops.simulate(analytical_doc(schedule, p=p))
 
 
 def test_zb_v_puts_embedding_and_lm_head_on_device_0_and_needs_no_tied_embedding_all_reduce():
@@ -277,18 +284,8 @@ def test_one_chunk_timeline_is_chunk_0_and_rows_of_no_chunk_are_minus_1():
 # ----------------------------------------------------------------------------- LM head weights under ZB-V
 def weights_only(schedule, *, tied=None, p=3, hidden_dim=2048):
     """Peak memory per device with no activations held: weights + optimizer state only."""
-    v = 2 if schedule in ("zb_v", "interleaved_1f1b") else 1
-    sc = {"simulation": {"batches": 1, "microbatches": 2 * p},
-          "pipeline": {"schedule": schedule, "virtual_stages": v, "precision": "bf16",
-                       "model": {"hidden_dim": hidden_dim, "seq_len": 2048, "vocab_size": 50304,
-                                 **({} if tied is None else {"tied_embeddings": tied})},
-                       "stages": [{"device": f"g{i}", "weights_mb": 1000, "activation_memory_mb": 0,
-                                   "compute": {"mode": "analytical", "tflop": 4.0, "memory_mb": 1000}}
-                                  for i in range(p)]},
-          "hardware": {"devices": [{"id": f"g{i}", "gpu": "a100", "node": f"n{i}"} for i in range(p)],
-                       "interconnect": {"same_node": "nvlink", "cross_node": "infiniband"}},
-          "optimizer": {"enabled": True}}
-    return hops.simulate(sc).summary["peak_memory_mb"]
+    doc = analytical_doc(schedule, p=p, hidden_dim=hidden_dim, tied=tied, activation_memory_mb=0)
+    return hops.simulate(doc).summary["peak_memory_mb"]
 
 
 ADAM = 1 + 6.0  # weights plus optimizer state (model preset: 6 bytes of state per weight byte)
