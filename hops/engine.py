@@ -168,9 +168,8 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     # distribution when it gives one, else the model constant.
     host = (draw(scenario.host_overhead, rngs["host"], iters).tolist() if scenario.host_overhead is not None
             else [float(catalog.model["iteration_overhead_ms"])] * iters)
-    opt_ms = _optimizer_ms(scenario, compute, catalog, ends=(phys[0], phys[-1]))
+    opt_ms, sync_ms = laid.opt_ms, laid.sync_ms
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
-    sync_ms = tied_embedding_sync_ms(scenario, catalog, topo, stage_dev[0], stage_dev[-1])
 
     n_phys = scenario.n_stages
     record = Record(n_phys)
@@ -208,7 +207,8 @@ class Placed:
     """Everything that follows from where the model chunks run (``placement``: (stage, chunk)
     per virtual stage): the device of each virtual stage, the links between neighbours in both
     directions (fwd_link[s] is s -> s+1, bwd_link[s] is s -> s-1; None within a device), the
-    expected chunk times and the PipelineMeta a scheduler plans from."""
+    expected chunk times, the iteration-end work the placement decides, and the PipelineMeta a
+    scheduler plans from."""
     p: int  # virtual stages
     phys: list  # scenario stage of each virtual stage
     stage_dev: list
@@ -219,6 +219,8 @@ class Placed:
     fwd_link: list
     bwd_link: list
     exp: list
+    opt_ms: list  # each stage's optimizer step (the LM head's follows the last chunk)
+    sync_ms: float  # the tied-embedding all-reduce between the first and the last chunk's devices
     meta: PipelineMeta
 
 
@@ -250,26 +252,22 @@ def lay_out(ctx: _Context, placement) -> Placed:
     fwd_link = [link_id(s, s + 1) if s < p - 1 else None for s in range(p)]
     bwd_link = [link_id(s, s - 1) if s > 0 else None for s in range(p)]
     exp = chunk_times(ctx.compute, placement)
+    opt_ms = _optimizer_ms(sc, ctx.compute, ctx.catalog, ends=(phys[0], phys[-1]))
+    sync_ms = tied_embedding_sync_ms(sc, ctx.catalog, ctx.topo, stage_dev[0], stage_dev[-1])
     meta = PipelineMeta(
         n_stages=p, n_microbatches=sc.microbatches, f=[e.f for e in exp], b=[e.b for e in exp],
         w=[e.w for e in exp], bw=[e.bw for e in exp], devices=stage_dev,
         transfer_ms=[links[fwd_link[s]].transfer_ms(ctx.msg_mb) if fwd_link[s] is not None else 0.0
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
-        layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=flush_ms(ctx, phys, stage_dev),
+        # what hetero_search weighs placements by: the part of the iteration after the flush
+        # that the placement decides (the all-reduce, then the slowest optimizer step)
+        layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),
         fits_memory=lambda in_flight: not memory_summary(
             sc, ctx.topo, ctx.catalog, in_flight, ctx.msg_mb, ends=(phys[0], phys[-1]),
             virtual_stages=p // sc.n_stages)["memory_over_capacity"])
-    return Placed(p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, meta)
-
-
-def flush_ms(ctx: _Context, phys, stage_dev) -> float:
-    """The per-iteration time after the flush that the placement decides: the tied-embedding
-    all-reduce between the devices of the first and the last chunk, and the slowest optimizer
-    step (the LM head's follows the last chunk). hetero_search weighs placements by it."""
-    opt = _optimizer_ms(ctx.scenario, ctx.compute, ctx.catalog, ends=(phys[0], phys[-1]))
-    return (tied_embedding_sync_ms(ctx.scenario, ctx.catalog, ctx.topo, stage_dev[0], stage_dev[-1])
-            + max(opt, default=0.0))
+    return Placed(p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, opt_ms, sync_ms,
+                  meta)
 
 
 def split_modes(value, p: int, name: str = "?") -> list[int]:
