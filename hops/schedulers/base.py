@@ -123,8 +123,7 @@ class DeviceOrderScheduler(Scheduler):
         p = meta.n_stages // v
         place = self.placement(p, v)
         vstage = {pc: k for k, pc in enumerate(place)}
-        self.hosted = [[vstage[(d, c)] for c in range(v)] for d in range(p)]
-        self.device_of = [d for d, _ in place]
+        self.device_of, self.hosted = device_maps(place)
         self.order = [[(vstage[(d, c)], ph, j) for c, ph, j in self.device_order(d, p, v, meta.n_microbatches)]
                       for d in range(p)]
 
@@ -133,6 +132,16 @@ class DeviceOrderScheduler(Scheduler):
 
     def next_tasks(self, state: SchedulerState) -> list[Task]:
         return next_in_device_order(state, self.order, self.device_of, self.hosted)
+
+
+def device_maps(placement) -> tuple[list[int], list[list[int]]]:
+    """From (stage, chunk) per virtual stage: the device (scenario stage) of each virtual stage,
+    and each device's virtual stages in chunk order."""
+    device_of = [d for d, _ in placement]
+    hosted: list[list[int]] = [[] for _ in range(max(device_of) + 1)]
+    for k, (d, c) in sorted(enumerate(placement), key=lambda kc: kc[1][1]):
+        hosted[d].append(k)
+    return device_of, hosted
 
 
 def next_in_device_order(state: SchedulerState, orders, device_of, hosted) -> list[Task]:

@@ -59,7 +59,8 @@ import heapq
 from typing import Callable, Sequence
 
 from ..errors import ScenarioError
-from .base import PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, next_in_device_order
+from .base import (PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, device_maps,
+                   next_in_device_order)
 from .zb_v import list_schedule, v_placement
 
 _F, _B, _W, _BW = 0, 1, 2, 3
@@ -536,8 +537,7 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
     p = n // 2
     xfer = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
     expected = (list(meta.f), list(meta.b), list(meta.w), xfer)
-    device_of = [k if k < p else n - 1 - k for k in range(n)]
-    hosted = [[d, n - 1 - d] for d in range(p)]
+    device_of, hosted = device_maps(v_placement(p))
     evaluated = 0
 
     def run(orders) -> float:
@@ -658,10 +658,8 @@ class HeteroSearch(StaticOrderScheduler):
         self.plan = plan
         self.order = plan.orders
         if plan.device_orders is not None:
-            n = len(plan.orders)
             self.device_orders = plan.device_orders
-            self.device_of = [k if k < n // 2 else n - 1 - k for k in range(n)]
-            self.hosted = [[d, n - 1 - d] for d in range(n // 2)]
+            self.device_of, self.hosted = device_maps(plan.placement)
         modes = plan.modes
         self.split_backward = modes[0] if len(set(map(str, modes))) == 1 and modes[0] != "either" else modes
 
