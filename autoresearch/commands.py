@@ -76,6 +76,17 @@ def add_commands(sub) -> None:
                         "(refused unless every fixture's throughput error is unchanged)")
     p.set_defaults(func=run_admit)
 
+    p = sub.add_parser("rebaseline", help="a recorded human decision: admit a kept tree that improves every "
+                                          "aggregate but fails per-fixture checks (see autoresearch/README.md)")
+    p.add_argument("--on", required=True, metavar="N[,M...]", help="the parked / reverted iterations whose kept "
+                                                                    "patches make the tree, bottom first")
+    p.add_argument("--confirm-human", metavar="REASON", help="why a person admits this tree (cite the evidence); "
+                                                              "without it the command refuses")
+    p.add_argument("--explain", action="extend", nargs="+", metavar="ID=TEXT",
+                   help="the physical explanation of each fixture that still violates its allowance")
+    _fixtures(p), _jobs(p)
+    p.set_defaults(func=run_rebaseline)
+
     p = sub.add_parser("revert", help="close the open iteration as reverted (or --blocked)")
     p.add_argument("--reason", required=True, help="why it did not land")
     p.add_argument("--blocked", action="store_true", help="outcome blocked: the idea needs something not available")
@@ -390,7 +401,7 @@ def _close_effect(rec: dict, outcome: str, *, artifacts: dict | None = None) -> 
     if rec.get("patch"):
         tags["patch"] = rec["patch"]
     return {"kind": "mlflow", "run_id": rec["run_id"], "metrics": metrics, "tags": tags, "outcome": outcome,
-            "status": "FINISHED" if outcome == "landed" else "KILLED", "artifacts": artifacts or {}}
+            "status": "FINISHED" if outcome in ledger.LANDED else "KILLED", "artifacts": artifacts or {}}
 
 
 def _require_open(book):
@@ -576,6 +587,14 @@ def run_admit(args) -> int:
     return 0
 
 
+def run_rebaseline(args) -> int:
+    import os
+
+    from . import rebaseline
+
+    return rebaseline.judge(args) if os.environ.get(rebaseline.ENV_TREE) else rebaseline.start(args)
+
+
 def run_revert(args) -> int:
     from .journal import run as transact
     from .research_log import from_run
@@ -638,7 +657,7 @@ def run_repair(args) -> int:
             if run.data.tags.get("outcome") == "open" and run.info.run_id in closed:
                 rec = closed[run.info.run_id]
                 book.tag_iteration(run.info.run_id, {"outcome": rec["outcome"]})
-                book.finish(run.info.run_id, "FINISHED" if rec["outcome"] == "landed" else "KILLED")
+                book.finish(run.info.run_id, "FINISHED" if rec["outcome"] in ledger.LANDED else "KILLED")
                 done.append(f"iteration {rec['iteration']}: ledger closed as {rec['outcome']} (as recorded)")
         open_runs = book.open_runs()
         if len(open_runs) > 1:

@@ -238,14 +238,31 @@ class Comparison:
     worse: list[tuple[float, str]] = field(default_factory=list)  # within tolerance, largest first
     notes: list[str] = field(default_factory=list)
     aggregates: dict = field(default_factory=dict)  # variant -> {metric: (golden, now)}
+    allowances: dict = field(default_factory=dict)  # fixture id -> (throughput points, bubble pp), band-aware only
+    fixture_violations: dict = field(default_factory=dict)  # fixture id -> its per-fixture violation lines
+
+
+def allowance(cfg: GateConfig, band: tuple[float, float] | None) -> tuple[float, float]:
+    """Gate v3: a fixture may move by max(the tolerance, its configuration's measured run-to-run spread).
+
+    A model that predicts a job from its scenario cannot be held closer to one run than a second run of
+    the same job is to it; without a duplicate run the spread is unknown and gate.yaml's tolerance holds.
+    """
+    thr, bub = cfg.fixture["throughput_error_points"], cfg.fixture["bubble_pp"]
+    if band is None:
+        return thr, bub
+    return max(thr, band[0]), max(bub, band[1])
 
 
 def _f(x) -> float:
     return math.nan if x is None else float(x)
 
 
-def compare(golden: dict, report, cfg: GateConfig) -> Comparison:
+def compare(golden: dict, report, cfg: GateConfig, bands: dict | None = None) -> Comparison:
+    """The tree's scores against the golden file. `bands`: fixture id -> (|throughput %|, |bubble pp|)
+    run-to-run spread of its configuration (noise.Noise.band), which widens that fixture's allowance."""
     out = Comparison()
+    bands = bands or {}
     table = report.table()
     ids = set(table["id"])
     for fid in sorted(set(golden["fixtures"]) - ids):
@@ -258,7 +275,10 @@ def compare(golden: dict, report, cfg: GateConfig) -> Comparison:
     if dropped:
         out.violations.append(f"gate.yaml: {', '.join(dropped)} gated in the golden file but no longer gated")
     common = table[table["id"].isin(golden["fixtures"])]
-    eps, tol = cfg.epsilon, cfg.fixture
+    eps = cfg.epsilon
+    for fid in sorted(golden["fixtures"]):
+        if bands.get(fid) is not None:
+            out.allowances[fid] = allowance(cfg, bands[fid])
     for v in cfg.gated_variants:
         now = aggregate(common[common["variant"] == v])
         old = golden["aggregates"].get(v)
@@ -279,17 +299,22 @@ def compare(golden: dict, report, cfg: GateConfig) -> Comparison:
         for fid, per in sorted(golden["fixtures"].items()):
             if fid not in rows or v not in per:
                 continue
-            for key, label, unit, allowed in (("throughput_error_pct", "|throughput error|", "%",
-                                               tol["throughput_error_points"]),
-                                              ("bubble_pp_delta", "|bubble delta|", " pp", tol["bubble_pp"])):
+            base = allowance(cfg, None)
+            widened = out.allowances.get(fid) or base
+            for key, label, unit, allowed, tol in (
+                    ("throughput_error_pct", "|throughput error|", "%", widened[0], base[0]),
+                    ("bubble_pp_delta", "|bubble delta|", " pp", widened[1], base[1])):
                 a, b = abs(_f(per[v][key])), abs(_f(rows[fid][key]))
                 if math.isnan(a):
                     continue
                 delta = b - a
                 msg = f"{fid}: {v} {label} {a:.2f}{unit} -> {b:.2f}{unit} ({delta:+.2f})"
                 if math.isnan(b) or delta > allowed + eps:
-                    out.violations.append(msg + f" exceeds the {allowed:g} tolerance" if not math.isnan(b)
-                                          else f"{fid}: {v} {label} became NaN (was {a:.2f}{unit})")
+                    limit = (f" exceeds the {allowed:.2f} allowance (its config's run-to-run spread)" if allowed > tol
+                             else f" exceeds the {allowed:g} tolerance")
+                    line = msg + limit if not math.isnan(b) else f"{fid}: {v} {label} became NaN (was {a:.2f}{unit})"
+                    out.violations.append(line)
+                    out.fixture_violations.setdefault(fid, []).append(line)
                 elif delta > eps:
                     out.worse.append((delta, msg))
     out.worse.sort(key=lambda t: -t[0])
@@ -321,7 +346,7 @@ class GateResult:
     comparison: Comparison
     violations: list[str]
     notes: list[str]
-    noise: Any = None  # noise.Noise, computed only when there are score violations
+    noise: Any = None  # noise.Noise: the measured spread behind the band-aware allowances
 
     @property
     def passed(self) -> bool:
@@ -360,11 +385,14 @@ def run_gate(*, root=None, overrides=None, jobs: int = 1, split: str | None = No
                           f"hand?); restore it with `git checkout -- {golden_path(split)}`")
     report, failure = evaluate(split, root=root, overrides=overrides, variants=cfg.variants, jobs=jobs)
     violations += [failure] if failure else []
-    comparison = Comparison()
+    comparison, noise, bands = Comparison(), None, {}
     if report is not None:
         violations += sanity(report, cfg.gated_variants)
         if golden is not None:
-            comparison = compare(golden, report, cfg)
+            noise, note = _noise_band(root)
+            bands = {fid: noise.band(fid) for fid in golden["fixtures"]} if noise is not None else {}
+            comparison = compare(golden, report, cfg, bands)
+            comparison.notes += [note] if note else []
             violations += comparison.violations
     changes = catalog_changes(golden["catalog"], catalog) if golden is not None else []
     violations += citation_violations(changes, load_citations(), cfg)
@@ -377,26 +405,24 @@ def run_gate(*, root=None, overrides=None, jobs: int = 1, split: str | None = No
             notes.append(f"{cfg.diagnostic_split} split not found under {root}: sanity check skipped")
         else:
             violations += [failure] if failure else (sanity(diagnostic) if diagnostic is not None else [])
-    noise = None
-    if any(not v.startswith(("citation", "golden", "fixture set")) for v in violations):
-        noise, note = _noise_band(root)  # context for reading a violation; never a tolerance
-        notes += [note] if note else []
     return GateResult(cfg, golden, report, diagnostic, catalog, changes, overrides, comparison, violations, notes,
                       noise)
 
 
 def _noise_band(root):
+    """The measured run-to-run spread (archive pairs and same-job twins), which sets each duplicated
+    fixture's allowance (gate v3); without an archive split every fixture keeps gate.yaml's tolerance."""
     from .noise import noise
 
     try:
         n = noise(root)
     except FixtureError:
-        return None, f"no archive split under {root}: violations shown without the run-to-run noise band"
+        return None, (f"no archive split under {root}: no run-to-run spread measured, every fixture keeps "
+                      f"gate.yaml's tolerance")
     twins = (f"; same-job twins in train: mean {n.twin_throughput_pct_mean:.2f} % over {len(n.twins)}"
              if n.twins else "")
     return n, (f"run-to-run noise (archive vs train, measured): mean {n.throughput_pct_mean:.2f} % throughput, "
-               f"{n.bubble_pp_mean:.2f} pp bubble over {len(n.pairs)} pair(s){twins}; context only, the tolerances "
-               f"are gate.yaml's")
+               f"{n.bubble_pp_mean:.2f} pp bubble over {len(n.pairs)} pair(s){twins}")
 
 
 def same_predictions(result: GateResult) -> list[str]:
@@ -419,6 +445,18 @@ def same_predictions(result: GateResult) -> list[str]:
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9):
             moved.append(f"{r['id']} {r['variant']}: throughput error {a:.6g} % -> {b:.6g} %")
     return moved
+
+
+def allowance_lines(result: GateResult) -> list[str]:
+    """The per-fixture allowance the gate used: gate.yaml's tolerance, or the config's measured spread."""
+    base = allowance(result.cfg, None)
+    wide = result.comparison.allowances
+    n_base = len(result.golden["fixtures"]) - len(wide)
+    out = [f"per-fixture allowance (gate v3: max(tolerance, the config's run-to-run spread)): {n_base} fixture(s) "
+           f"without a duplicate run keep {base[0]:g} points / {base[1]:g} pp"
+           + (f"; {len(wide)} with one:" if wide else "")]
+    out += [f"  {fid}: {a[0]:.2f} points / {a[1]:.2f} pp" for fid, a in sorted(wide.items())]
+    return out
 
 
 def render(result: GateResult, *, max_worse: int = 5) -> str:
@@ -451,6 +489,8 @@ def render(result: GateResult, *, max_worse: int = 5) -> str:
         parts = ", ".join(f"{v} MAPE {a['mape']:.2f}%" for v, a in d.items())
         lines.append(f"{cfg.diagnostic_split} (sanity only, never an admission criterion): "
                      f"{result.diagnostic.table()['id'].nunique()} fixtures simulated; {parts}")
+    if result.golden is not None:
+        lines += allowance_lines(result)
     cited = len(result.changes) - sum(1 for v in result.violations if v.startswith("citation:"))
     if result.changes:
         lines.append(f"catalog: {len(result.changes)} value(s) differ from the golden snapshot, {cited} cited")

@@ -37,8 +37,9 @@ from . import state
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = Path(__file__).resolve().parent
 CALIBRATION, CHECKPOINTS = "calibration", "checkpoints"
-OUTCOMES = ("open", "landed", "reverted", "blocked", "parked", "void")
-CLOSED = ("landed", "reverted", "blocked", "parked")  # void: a run opened by a propose race, closed by `repair`
+OUTCOMES = ("open", "landed", "rebaselined", "reverted", "blocked", "parked", "void")
+LANDED = ("landed", "rebaselined")  # rebaselined: landed by a recorded human decision (autoresearch/rebaseline.py)
+CLOSED = (*LANDED, "reverted", "blocked", "parked")  # void: a run opened by a propose race, closed by `repair`
 ITERATION_TAGS = ("iteration", "title", "hypothesis", "change_site", "expected_effect", "outcome", "stack_on")
 
 # What can move a prediction is declared once, in hops.provenance.MODEL_FILES; the fingerprint, the

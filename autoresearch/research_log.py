@@ -95,9 +95,21 @@ def render_record(r: dict) -> str:
         lines.append(f"- **Patch:** [{r['patch']}]({r['patch']}) (`git apply` it to redo the change)")
     if r.get("after_whatif") not in (None, "", "none"):
         lines.append(f"- **After = what-if gate:** `--set {r['after_whatif']}` (not the tree)")
+    if r.get("landed_with"):
+        lines.append(f"- **Landed with:** iteration {r['landed_with']} (was {r.get('previous_outcome', 'parked')})")
     lines += ["", "| variant | MAPE % | bubble MAE pp | rho mean |", "|---|---|---|---|", *rows, ""]
+    for split, ba in (r.get("splits") or {}).items():
+        for v in list(dict.fromkeys([*(ba.get("before") or {}), *(ba.get("after") or {})])):
+            b, a = (ba.get("before") or {}).get(v) or {}, (ba.get("after") or {}).get(v) or {}
+            lines.append(f"- **{split}, {v}:** " + ", ".join(f"{label} {_cell(b.get(m), a.get(m))}" for m, label in
+                                                                zip(METRICS, ("MAPE %", "bubble MAE pp", "rho"))))
+    if r.get("noise_floor"):
+        f = r["noise_floor"]
+        lines.append(f"- **Noise floor:** {f.get('mape', math.nan):.2f} % throughput, "
+                     f"{f.get('bubble_mae_pp', math.nan):.2f} pp bubble (mean run-to-run spread)")
     regs = r.get("regressions") or []
-    lines.append("- **Gate violations:** " + ("none" if not regs else f"{len(regs)}"))
+    label = "Per-fixture violations, explained" if r.get("outcome") == "rebaselined" else "Gate violations"
+    lines.append(f"- **{label}:** " + ("none" if not regs else f"{len(regs)}"))
     lines += [f"  - {x}" for x in regs[:20]] + ([f"  - … {len(regs) - 20} more"] if len(regs) > 20 else [])
     worse = r.get("worse_within_tolerance") or []
     if worse:
