@@ -47,8 +47,9 @@ def commit(repo: Path, message: str) -> None:
     git(repo, "commit", "-q", "--allow-empty", "-m", message)
 
 
-def link_fixtures(fixtures_root: Path, root: Path, train: tuple[str, ...], diagnostic: str) -> Path:
-    for split, ids in (("train", train), ("diagnostic", (diagnostic,))):
+def link_fixtures(fixtures_root: Path, root: Path, train: tuple[str, ...], diagnostic: str,
+                  archive: tuple[str, ...] = ()) -> Path:
+    for split, ids in (("train", train), ("diagnostic", (diagnostic,)), ("archive", archive)):
         for fid in ids:
             dst = root / split / "cluster_results" / fid
             dst.parent.mkdir(parents=True, exist_ok=True)
