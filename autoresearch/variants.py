@@ -65,13 +65,22 @@ def spec_scenario(fixture: Fixture) -> dict:
     iteration (each trace has OPTIMIZER events on every rank). The scenarios' `optimizer:
     enabled: false` is the original simulator's template switch, not a property of the job, so
     the prediction runs the optimizer, with the step time the model derives from the stage's
-    parameters, never a time read from the trace.
+    parameters, never a time read from the trace. Likewise the job's schedule is Megatron's,
+    not the scenario's label (below).
     """
     doc = copy.deepcopy(fixture.scenario_doc)
     opt = dict(doc.get("optimizer") or {})
     opt["enabled"] = True
     opt.pop("step_ms", None)
     doc["optimizer"] = opt
+    pipe = doc.get("pipeline")
+    if isinstance(pipe, dict) and int(pipe.get("virtual_stages") or 1) == 1:
+        # Megatron-LM's only non-interleaved pipeline schedule is 1F1B with a fused backward
+        # (forward_backward_pipelining_without_interleaving); a `schedule` of gpipe or
+        # zero_bubble is the harness's label and never reached the job (every such train
+        # trace runs 1F1B's order with BACKWARD events only).
+        pipe["schedule"] = "1f1b"
+        pipe.pop("scheduler_options", None)
     return doc
 
 

@@ -57,3 +57,35 @@ def tied_embedding_sync_ms(scenario, catalog, topology, first: str | None = None
         # two-way traffic runs well below the one-way rate a p2p benchmark reports.
         bw = min(bw, a.same_type_allreduce_gbps)
     return ring_allreduce_ms(size_mb, 2, bw, link.latency_ms)
+
+
+def iteration_end_stall_ms(scenario, catalog, topology) -> float:
+    """Expected stall of an iteration's end when its final exchanges join two hosts of one type.
+
+    The iteration ends when stage 0 has received the last gradient from stage 1 and has
+    all-reduced the tied embedding gradients with the last stage; the optimizer waits for
+    both. On the train traces, whenever one of those final exchanges joins two AWS p5 hosts,
+    some iterations wait 150-230 ms longer between flush and step, on every stage at once
+    (51 of 318 iterations); runs whose p5 pair sits elsewhere in the pipeline (reverse order)
+    or whose first stage talks to other host types show none. The size is that of Linux's
+    200 ms minimum TCP retransmission timeout, which is what a lost tail segment of a message
+    followed by silence on the connection costs. The model adds its expectation (rate x
+    size), not a draw: a prediction of the mean must not depend on which iterations a short
+    simulation happens to hit.
+    """
+    p = scenario.n_stages
+    if p < 2:
+        return 0.0
+    dev = [st.device for st in scenario.stages]
+    partners = [dev[1]]
+    tied = scenario.tied_embeddings if scenario.tied_embeddings is not None else catalog.model["tied_embeddings"]
+    if tied and scenario.hidden_dim:
+        partners.append(dev[-1])
+    a = topology.devices[dev[0]]
+    if not a.same_type_stall_ms or not a.same_type_stall_rate:
+        return 0.0
+    for other in partners:
+        b = topology.devices[other]
+        if b.gpu == a.gpu and b.node != a.node:
+            return a.same_type_stall_rate * a.same_type_stall_ms
+    return 0.0

@@ -1,14 +1,18 @@
 """Per-stage compute latency: the seed's roofline baseline, or user-given distributions.
 
 Analytical stages use
-    t = max(t_compute, t_memory, L * k_floor) + t_launch
-where L (transformer layers on the stage) is estimated from the stage's FLOPs. Backward
-scales the compute and memory terms by ``backward_factor`` but not the dispatch floor: the
-number of kernel launches per layer does not double in the backward pass. The last stage
-also runs the LM head (2*s*h*V FLOPs plus reading the h*V weights, added on top of the
-roofline as the seed did); the first stage pays the embedding overhead. A split backward
-shares the fused floor between B and W by the kernels each launches (split_floors). All
-constants come from ``presets/model.yaml`` via the Catalog.
+    t = max(L * k_floor, t_compute + t_memory + t_attention) + t_launch
+where L (transformer layers on the stage) is estimated from the stage's FLOPs. A layer's
+kernels run one after another on the GPU (GEMMs compute-bound, softmax and element-wise
+kernels memory-bound), so their times add; the host dispatches them asynchronously, so the
+CPU's per-layer dispatch floor overlaps that sum rather than adding to it. Backward scales
+the compute and memory terms by ``backward_factor``; its floor is the device's own per-layer
+backward figure, and floors are per device because the host CPU that dispatches them is.
+The last stage also runs the LM head (2*s*h*V FLOPs, the h*V weights, the fp32 logits
+traffic of the loss, and the loss's own host-side cost); the first stage pays the embedding
+overhead forward and a pass over the dense V*h word-embedding gradient backward. A split
+backward shares the fused floor between B and W by the kernels each launches
+(split_floors). All constants come from ``presets/model.yaml`` via the Catalog.
 """
 from __future__ import annotations
 
@@ -102,7 +106,7 @@ class ComputeModel:
         t_attn_b = scores * m["attention_bytes_backward"] / 1e6 / dev.memory_bandwidth_gbps
         last = i == s.n_stages - 1 if last is None else last
         first = i == 0 if first is None else first
-        lm = lm_logits_f = lm_logits_b = 0.0  # LM head on the last stage (seed iteration 4, + logits)
+        lm = lm_logits_f = lm_logits_b = loss_fixed = 0.0  # LM head on the last stage (seed iteration 4, + logits)
         if last and m["lm_head"] and s.hidden_dim and s.seq_len:
             vocab = s.vocab_size or m["vocab_size"]
             lm_flops = 2.0 * s.seq_len * s.hidden_dim * vocab * s.micro_batch_size
@@ -115,17 +119,26 @@ class ComputeModel:
             logits = s.seq_len * vocab * s.micro_batch_size
             lm_logits_f = logits * m["logits_bytes_forward"] / 1e6 / dev.memory_bandwidth_gbps
             lm_logits_b = logits * m["logits_bytes_backward"] / 1e6 / dev.memory_bandwidth_gbps
-        floor = layers * m["k_floor_ms"]
+            loss_fixed = m["loss_fixed_ms"]
+        floor = layers * (dev.k_floor_ms or m["k_floor_ms"])
+        floor_bw = layers * (dev.k_floor_backward_ms or dev.k_floor_ms or m["k_floor_ms"])
         launch = dev.launch_overhead_ms
-        embed = m["embedding_overhead_ms"] if first and s.hidden_dim and s.seq_len else 0.0
+        embed = embed_b = 0.0
+        if first and s.hidden_dim and s.seq_len:
+            embed = m["embedding_overhead_ms"]
+            # The word embedding's weight gradient is a dense V x h tensor every microbatch (zero
+            # fill, scatter of the token rows), which the gradient hook then adds into the fp32
+            # main grad: a pass over V*h elements whatever the batch, memory-bound.
+            vocab = s.vocab_size or m["vocab_size"]
+            embed_b = vocab * s.hidden_dim * m["embedding_backward_bytes_per_element"] / 1e6 / dev.memory_bandwidth_gbps
         k = s.backward_factor
         a = s.activation_grad_fraction
-        floor_b, floor_w = split_floors(floor, m)
-        f = max(t_c, t_m + t_attn_f, floor) + launch + embed + lm + lm_logits_f
-        bw = max(k * t_c, k * t_m + t_attn_b, floor) + launch + k * lm + lm_logits_b
+        floor_b, floor_w = split_floors(floor_bw, m)
+        f = max(t_c + t_m + t_attn_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
+        bw = max(k * t_c + k * t_m + t_attn_b, floor_bw) + launch + k * lm + lm_logits_b + embed_b
         # the score gradients are part of the input gradient (B); W only forms weight gradients
-        b = max(a * k * t_c, a * k * t_m + t_attn_b, floor_b) + launch + a * k * lm + lm_logits_b
-        w = max((1 - a) * k * t_c, (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm
+        b = max(a * k * t_c + a * k * t_m + t_attn_b, floor_b) + launch + a * k * lm + lm_logits_b
+        w = max((1 - a) * k * t_c + (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm + embed_b
         sd = dev.slowdown
         return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 

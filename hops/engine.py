@@ -32,7 +32,7 @@ from itertools import chain
 
 import numpy as np
 
-from .collectives import data_parallel_allreduce_ms, tied_embedding_sync_ms
+from .collectives import iteration_end_stall_ms, data_parallel_allreduce_ms, tied_embedding_sync_ms
 from .compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chunks
 from .engine_core import _B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration
 from .errors import HopsError, ScenarioError
@@ -158,16 +158,18 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
         bwd_codes=[({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode],
         either=[v == SPLIT_EITHER for v in smode], tasks_per_stage=[m * (3 if v else 2) for v in smode],
-        phys=phys)
+        phys=phys, blocking_send=bool(catalog.model["blocking_p2p"]))
     uses = Counter(k for k in chain(fwd_link, bwd_link) if k is not None)
     links_state = Links([lp.transfer_ms(msg_mb) for lp in links],
                         [lognormal_unit(rngs["comm"], lp.jitter, uses[k] * n_total).tolist() if lp.jitter > 0
                          else None for k, lp in enumerate(links)])
     # Per-iteration host/framework time outside the schedule (scalar grad-norm and inf checks
     # across the pipeline, zero_grad, timers, the data-loader handoff): the scenario's own
-    # distribution when it gives one, else the model constant.
+    # distribution when it gives one (a measured one already holds any stalls), else the model
+    # constant plus the expected iteration-end stall of the hosts the final exchanges join.
     host = (draw(scenario.host_overhead, rngs["host"], iters).tolist() if scenario.host_overhead is not None
-            else [float(catalog.model["iteration_overhead_ms"])] * iters)
+            else [float(catalog.model["iteration_overhead_ms"]) + iteration_end_stall_ms(scenario, catalog, topo)]
+            * iters)
     opt_ms, sync_ms = laid.opt_ms, laid.sync_ms
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
 
@@ -319,7 +321,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         else:
             k = m["optimizer_bytes_per_weight_byte"]
             traffic_mb = st.weights_mb * (2.0 + 2.0 * k)  # read grads + weights, read/write states, write weights
-        out.append(traffic_mb / dev.memory_bandwidth_gbps + dev.launch_overhead_ms)
+        out.append(traffic_mb / dev.memory_bandwidth_gbps + m["optimizer_step_fixed_ms"])
     return out
 
 

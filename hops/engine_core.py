@@ -32,7 +32,7 @@ from .schedulers import Scheduler, SchedulerState
 
 PHASE_CODES = ("F", "B", "W", "BW")
 _F, _B, _W, _BW = range(4)
-COMPUTE_END, ARRIVAL = 0, 1  # event kinds in the heap; iteration end is the heap running dry
+COMPUTE_END, ARRIVAL, SEND_DONE = 0, 1, 2  # event kinds in the heap; iteration end is the heap running dry
 
 
 class SchedulerError(HopsError, RuntimeError):
@@ -59,6 +59,7 @@ class Layout:
     either: list
     tasks_per_stage: list  # tasks a stage runs per iteration (an "either" stage: -1 per fused BW)
     phys: list = None  # scenario stage of each (virtual) stage; None: the same index
+    blocking_send: bool = False  # a stage waits for its p2p send to be delivered before its next task
 
     @property
     def shared_devices(self) -> bool:
@@ -191,8 +192,8 @@ class Iteration:
         """The error for a task the scheduler should not have started (the name is read only then)."""
         return SchedulerError(f"scheduler {self.sched.name!r} {what}")
 
-    def send(self, s: int, lk, j: int, direction: int, label: int, now: float) -> None:
-        """Ship an activation (direction +1) or gradient (-1) from stage s; schedule its arrival.
+    def send(self, s: int, lk, j: int, direction: int, label: int, now: float) -> float:
+        """Ship an activation (direction +1) or gradient (-1) from stage s; schedule its arrival, return its time.
 
         ``label`` is the phase code of the task that produced it (F, B or BW); ``lk`` None
         means both stages share a device and the message arrives at once."""
@@ -203,6 +204,7 @@ class Iteration:
             self.record.transfer.append((lk, s, self.off + j, label, start, arrive, self.it))
         self.seq = seq = self.seq + 1
         heappush(self.heap, (arrive, seq, ARRIVAL, s + direction, j, direction))
+        return arrive
 
     def wake(self, s: int, now: float) -> None:
         """Stage s's device went idle: ask every stage on it (in stage order) for work."""
@@ -223,24 +225,38 @@ class Iteration:
         self.remaining[s] = left
         if left == 0:
             self.stage_end[s] = now
-        self.dev_busy[self.sdev[s]] = False
+        sent = None
         if code == _F:
             if s < lay.n_stages - 1:
-                self.send(s, lay.fwd_link[s], j, 1, _F, now)
+                sent = self.send(s, lay.fwd_link[s], j, 1, _F, now)
             else:
                 self.state.b_ready[s][j] = 1  # the last stage's backward needs only its own forward
         else:
             if code != _W and s > 0:
-                self.send(s, lay.bwd_link[s], j, -1, code, now)
+                sent = self.send(s, lay.bwd_link[s], j, -1, code, now)
             if code == _B:
                 self.state.w_ready[s][j] = 1
             else:
                 self.state.in_flight[s] -= 1  # BW or W: the activations are released
                 self.held[self.phys[s]] -= 1
+        if sent is not None and sent > now and lay.blocking_send:
+            # Megatron's schedules wait on each p2p send before the next compute: the stage's
+            # device stays taken (idle, not busy) until its message is delivered
+            if left == 0:
+                self.stage_end[s] = sent
+            self.seq = seq = self.seq + 1
+            heappush(self.heap, (sent, seq, SEND_DONE, s, j, 0))
+            return
+        self.dev_busy[self.sdev[s]] = False
         if self.shared:
             self.wake(s, now)
         else:  # the device runs stage s alone: wake() would ask only s
             self.start(s, now)
+
+    def send_done(self, now: float, s: int) -> None:
+        """A blocking send from stage s was delivered: its device takes work again."""
+        self.dev_busy[self.sdev[s]] = False
+        self.wake(s, now)
 
     def arrival(self, now: float, s: int, j: int, direction: int) -> None:
         """An activation (direction > 0) or a gradient reached stage s."""
@@ -259,8 +275,10 @@ class Iteration:
         now, _, kind, s, j, code = heappop(self.heap)
         if kind == COMPUTE_END:
             self.compute_end(now, s, j, code)
-        else:
+        elif kind == ARRIVAL:
             self.arrival(now, s, j, code)
+        else:
+            self.send_done(now, s)
         return True
 
     def run(self, t0: float) -> list:
@@ -273,8 +291,10 @@ class Iteration:
             now, _, kind, s, j, code = pop(heap)
             if kind == COMPUTE_END:
                 compute_end(now, s, j, code)
-            else:
+            elif kind == ARRIVAL:
                 arrival(now, s, j, code)
+            else:
+                self.send_done(now, s)
         stuck = [s for s, left in enumerate(self.remaining) if left]
         if stuck:
             raise SchedulerError(f"scheduler {self.sched.name!r} stalled in iteration {self.it}: stage {stuck[0]} "

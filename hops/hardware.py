@@ -147,8 +147,9 @@ def _set_dotted(data: dict, path: str, value: Any) -> None:
 # model divides by it or a zero means "no hardware" (k_floor_ms=-5 or bandwidth_gbps=0 would
 # otherwise divide by zero or simulate negative time).
 POSITIVE = {"peak_tflops", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours", "bandwidth_gbps", "host_network_gbps",
-            "same_type_allreduce_gbps",
+            "same_type_allreduce_gbps", "same_type_stall_ms",
             "compute_time_coefficient", "flops_per_layer_token_coeff", "vocab_size", "bf16", "fp16", "fp32"}
+SHARE = {"same_type_stall_rate"}  # shares of iterations: at most 1
 
 
 def _check_value(path: str, value: Any, where: str) -> None:
@@ -163,6 +164,8 @@ def _check_value(path: str, value: Any, where: str) -> None:
     positive = leaf in POSITIVE
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         raise CatalogError(f"{where}: got {value!r}; expected a finite number {'> 0' if positive else '>= 0'}")
+    if leaf in SHARE and value > 1:
+        raise CatalogError(f"{where}: got {value!r}; expected a share of iterations, from 0 to 1")
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,10 @@ class DeviceParams:
     slowdown: float = 1.0
     host_network_gbps: float | None = None  # the host's network interface, as NCCL reaches it
     same_type_allreduce_gbps: float | None = None  # two-way all-reduce rate between two such hosts
+    k_floor_ms: float | None = None           # per-layer dispatch floor, forward (None: the model's)
+    k_floor_backward_ms: float | None = None  # ... backward
+    same_type_stall_ms: float | None = None  # iteration-end stall when the final exchanges join two such hosts
+    same_type_stall_rate: float = 0.0  # ... and the share of iterations it hits
 
 
 @dataclass(frozen=True)
@@ -221,7 +228,11 @@ class Topology:
                 launch_overhead_ms=float(params["launch_overhead_ms"]), mtbf_hours=float(params["mtbf_hours"]),
                 slowdown=float(params.get("slowdown", 1.0)),
                 host_network_gbps=_opt_float(params.get("host_network_gbps")),
-                same_type_allreduce_gbps=_opt_float(params.get("same_type_allreduce_gbps")))
+                same_type_allreduce_gbps=_opt_float(params.get("same_type_allreduce_gbps")),
+                k_floor_ms=_opt_float(params.get("k_floor_ms")),
+                k_floor_backward_ms=_opt_float(params.get("k_floor_backward_ms")),
+                same_type_stall_ms=_opt_float(params.get("same_type_stall_ms")),
+                same_type_stall_rate=float(params.get("same_type_stall_rate", 0.0)))
         self._catalog = catalog
         self._same, self._cross = scenario.same_node, scenario.cross_node
         self._explicit: dict[tuple[str, str], dict] = {}
