@@ -34,8 +34,9 @@ repository lists ZB-V at zero bubble with 1F1B's activation memory; HOPS's rules
 there: at the 2p-chunk cap device 0, which both starts and ends the V, still finishes each
 iteration last, and N iterations at unit times take N(6m + p - 1), as under the barrier. With
 ``scheduler_options: {max_in_flight: 3p - 1}`` (chunk activations per device, about 1.5x
-1F1B's memory) they reach 6mN + p - 1 for p = 2-5 and p = 8 at m = 32 (tests/test_zb_table.py).
-Whether an order at 2p exists is open here. ``max_in_flight`` below 2p is refused: the
+1F1B's memory) each further iteration adds exactly 6m, the steady-state zero bubble, at every
+(p, m) tried with p <= 4 and at (5, 11) and (8, 32) (tests/test_zb_table.py), and 1 to 2
+units more at (5, 10), (6, 12) and (8, 16). Whether an order at 2p exists is open here. ``max_in_flight`` below 2p is refused: the
 rules stall there.
 """
 from __future__ import annotations
