@@ -18,7 +18,9 @@ embedding gradients, all stages meet at a barrier (the gradient-norm collective)
 per-iteration host/framework overhead elapses, every stage steps its optimizer, and the
 next iteration starts when the slowest step is done. The overhead sits
 before the optimizer, where the traces show it, so the last iteration's overhead falls
-inside the measured window as it does for a trace.
+inside the measured window as it does for a trace. Under optimizer post-validation
+(``optimizer.post_validation``, the Zero Bubble schedules only) there is no barrier: each
+device starts its next iteration when its own step is done (engine_core.end_iteration_post_validated).
 
 Size ceiling (refused up front, before anything is drawn): at most MAX_STAGES stages and
 MAX_TASKS compute tasks per run. benchmarks/engine_bench.py measures about 10^5 tasks/s and
@@ -34,7 +36,8 @@ import numpy as np
 
 from .collectives import iteration_end_stall_ms, data_parallel_allreduce_ms, tied_embedding_sync_ms
 from .compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chunks
-from .engine_core import _B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration
+from .engine_core import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration,
+                          end_iteration_post_validated)
 from .errors import HopsError, ScenarioError
 from .hardware import Catalog, Topology
 from .memory import memory_summary
@@ -176,14 +179,21 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     n_phys = scenario.n_stages
     record = Record(n_phys)
     t_iter = 0.0
+    release = None  # post-validation: when each device may start the next iteration
+    state_ms = _state_message_ms(scenario, topo) if scenario.post_validation else None
     for it in range(iters):
-        stage_end = Iteration(layout, links_state, record, sched, it, t_iter).run(t_iter)
+        stage_end = Iteration(layout, links_state, record, sched, it, t_iter).run(t_iter, release)
         if p != n_phys:  # a stage is done when its last chunk is
             ends = [t_iter] * n_phys
             for k, t in enumerate(stage_end):
                 ends[phys[k]] = max(ends[phys[k]], t)
             stage_end = ends
-        t_iter = end_iteration(record, it, t_iter, stage_end, ar_ms, sync_ms, host[it], opt_ms)
+        if state_ms is None:
+            t_iter = end_iteration(record, it, t_iter, stage_end, ar_ms, sync_ms, host[it], opt_ms)
+        else:
+            ready = end_iteration_post_validated(record, it, stage_end, ar_ms, sync_ms, host[it], opt_ms, state_ms)
+            release = [max(t for t, st in zip(ready, scenario.stages) if st.device == d) for d in dev_ids]
+            t_iter = min(ready)
 
     tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev, placement, v_eff)
     link_stats = {lp.name: {"transfers": links_state.count[k], "contended": links_state.contended[k],
@@ -262,6 +272,7 @@ def lay_out(ctx: _Context, placement) -> Placed:
         transfer_ms=[links[fwd_link[s]].transfer_ms(ctx.msg_mb) if fwd_link[s] is not None else 0.0
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
+        post_validation=sc.post_validation,
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),
@@ -270,6 +281,16 @@ def lay_out(ctx: _Context, placement) -> Placed:
             virtual_stages=p // sc.n_stages)["memory_over_capacity"])
     return Placed(p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, opt_ms, sync_ms,
                   meta)
+
+
+def _state_message_ms(scenario, topo: Topology) -> list[float]:
+    """Post-validation's partially reduced state (a few scalars) from scenario stage s - 1 to s:
+    the link's latency, nothing within a device."""
+    out = [0.0]
+    for a, b in zip(scenario.stages, scenario.stages[1:]):
+        lp = topo.link(a.device, b.device) if a.device != b.device else None
+        out.append(lp.transfer_ms(0.0) if lp is not None else 0.0)
+    return out
 
 
 def split_modes(value, p: int, name: str = "?") -> list[int]:

@@ -14,9 +14,12 @@ event kind is one method over them, in the style of SimPy's event core:
 
 Steps: ``Iteration.compute_end`` (a task finished: free the device, ship the activation or
 gradient, mark W ready, release the activation), ``Iteration.arrival`` (an activation or a
-gradient reached its stage), and ``end_iteration`` (flush -> all-reduce -> barrier -> host
-overhead -> optimizer step). ``Iteration.start`` asks the scheduler for an idle stage's next
-task and checks it; ``Iteration.step`` pops one event and dispatches it.
+gradient reached its stage), ``Iteration.device_free`` (a device taken by a blocking send, or
+by its previous iteration, takes work again), and ``end_iteration`` (flush -> all-reduce ->
+barrier -> host overhead -> optimizer step) or, under the Zero Bubble paper's optimizer
+post-validation, ``end_iteration_post_validated`` (each stage steps on its own, no barrier).
+``Iteration.start`` asks the scheduler for an idle stage's next task and checks it;
+``Iteration.step`` pops one event and dispatches it.
 
 An event touches at most the stage it concerns (or the stages sharing its device), so the
 cost per task stays flat as pipelines grow. Events at equal times resolve in creation order
@@ -32,7 +35,7 @@ from .schedulers import Scheduler, SchedulerState
 
 PHASE_CODES = ("F", "B", "W", "BW")
 _F, _B, _W, _BW = range(4)
-COMPUTE_END, ARRIVAL, SEND_DONE = 0, 1, 2  # event kinds in the heap; iteration end is the heap running dry
+COMPUTE_END, ARRIVAL, DEVICE_FREE = 0, 1, 2  # event kinds in the heap; iteration end is the heap running dry
 
 
 class SchedulerError(HopsError, RuntimeError):
@@ -245,7 +248,7 @@ class Iteration:
             if left == 0:
                 self.stage_end[s] = sent
             self.seq = seq = self.seq + 1
-            heappush(self.heap, (sent, seq, SEND_DONE, s, j, 0))
+            heappush(self.heap, (sent, seq, DEVICE_FREE, s, j, 0))
             return
         self.dev_busy[self.sdev[s]] = False
         if self.shared:
@@ -253,8 +256,9 @@ class Iteration:
         else:  # the device runs stage s alone: wake() would ask only s
             self.start(s, now)
 
-    def send_done(self, now: float, s: int) -> None:
-        """A blocking send from stage s was delivered: its device takes work again."""
+    def device_free(self, now: float, s: int) -> None:
+        """Stage s's device takes work again: its blocking send was delivered, or (post-validation)
+        its previous iteration's optimizer step is done."""
         self.dev_busy[self.sdev[s]] = False
         self.wake(s, now)
 
@@ -278,13 +282,31 @@ class Iteration:
         elif kind == ARRIVAL:
             self.arrival(now, s, j, code)
         else:
-            self.send_done(now, s)
+            self.device_free(now, s)
         return True
 
-    def run(self, t0: float) -> list:
-        """Start every stage at t0 and apply events until none is left; per-stage end times."""
-        for s in range(self.layout.n_stages):
-            self.start(s, t0)
+    def run(self, t0: float, release: list | None = None) -> list:
+        """Start every stage at t0 and apply events until none is left; per-stage end times.
+
+        ``release[k]``: the time device k may start this iteration (post-validation: when its
+        own previous optimizer step ends); None: every device at t0, after the barrier.
+        """
+        if release is None:
+            for s in range(self.layout.n_stages):
+                self.start(s, t0)
+        else:
+            busy = self.dev_busy
+            for k, t in enumerate(release):
+                if t > t0:  # taken until then; arrivals before it only mark inputs ready
+                    busy[k] = True
+                    first = self.layout.stages_on_dev[k][0]
+                    self.seq = seq = self.seq + 1
+                    heappush(self.heap, (t, seq, DEVICE_FREE, first, 0, 0))
+                    for s in self.layout.stages_on_dev[k]:
+                        self.stage_end[s] = t
+            for s in range(self.layout.n_stages):
+                if not busy[self.sdev[s]]:
+                    self.start(s, t0)
         heap, pop = self.heap, heappop
         compute_end, arrival = self.compute_end, self.arrival
         while heap:
@@ -294,7 +316,7 @@ class Iteration:
             elif kind == ARRIVAL:
                 arrival(now, s, j, code)
             else:
-                self.send_done(now, s)
+                self.device_free(now, s)
         stuck = [s for s, left in enumerate(self.remaining) if left]
         if stuck:
             raise SchedulerError(f"scheduler {self.sched.name!r} stalled in iteration {self.it}: stage {stuck[0]} "
@@ -333,3 +355,41 @@ def end_iteration(record: Record, it: int, t_iter: float, stage_end: list, ar_ms
             rows.append(("optimizer", s, "OPT", step_start, step_start + opt_ms[s], it))
             t_next = max(t_next, step_start + opt_ms[s])
     return t_next
+
+
+def end_iteration_post_validated(record: Record, it: int, stage_end: list, ar_ms: list, sync_ms: float,
+                                 host_ms: float, opt_ms: list, state_ms: list) -> list:
+    """Close iteration ``it`` under optimizer post-validation (Qi et al., ICLR 2024, "bypassing
+    optimizer synchronizations"); returns when each stage may start the next one.
+
+    There is no cross-stage barrier: stage s steps its optimizer once its own gradients are
+    reduced (its data-parallel all-reduce; the first and last stage also their tied embedding
+    all-reduce) and the partially reduced global state (gradient norm, inf/NaN flags) has come
+    from stage s - 1, which passes it on when it steps (``state_ms[s]``: that scalar message's
+    time from stage s - 1). The stage's own host/framework overhead elapses before its step,
+    as on the barrier path. The validation of the step against the fully reduced state travels
+    back during the next iteration's warm-up and costs nothing unless it rolls a step back,
+    which HOPS does not model.
+    """
+    p = len(stage_end)
+    rows = record.other
+    done = []
+    for s in range(p):
+        t = stage_end[s]
+        if ar_ms[s] > 0:
+            rows.append(("allreduce", s, "", t, t + ar_ms[s], it))
+            t += ar_ms[s]
+        done.append(t)
+    if sync_ms > 0:
+        t = max(done[0], done[-1])
+        for s in (0, p - 1):
+            rows.append(("allreduce", s, "", t, t + sync_ms, it))
+        done[0] = done[-1] = t + sync_ms
+    release, ready = [], 0.0
+    for s in range(p):
+        ready = max(done[s], ready + state_ms[s]) if s else done[s]
+        step_start = ready + host_ms
+        if opt_ms[s] > 0:
+            rows.append(("optimizer", s, "OPT", step_start, step_start + opt_ms[s], it))
+        release.append(step_start + opt_ms[s])
+    return release

@@ -106,6 +106,7 @@ class Scenario:
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     notes: tuple[str, ...] = ()  # one line per legacy field HOPS models differently
     virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B's v); the schedule places them
+    post_validation: bool = False  # optimizer post-validation (ZB paper): no barrier between iterations
 
     @property
     def n_stages(self) -> int:
@@ -182,6 +183,7 @@ def _choice(value, path, choices, src):
 
 def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     """The engine's Scenario from validated models, plus the checks that need the catalog or cross sections."""
+    from .backward_split import activation_grad_fraction
     from .schedulers import resolve_scheduler
 
     pipe, hw, opt = m.pipeline, m.hardware, m.optimizer
@@ -226,6 +228,13 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                 _fail(f"pipeline.scheduler_options.{key}",
                       f"unknown option for scheduler {schedule!r}; expected one of {', '.join(accepted)}"
                       if accepted else f"scheduler {schedule!r} takes no options", src)
+
+    if opt.post_validation and not getattr(scheduler, "post_validation", False):
+        from .schedulers import honouring_post_validation
+
+        _fail("optimizer.post_validation", f"schedule {schedule!r} ignores it (it keeps the barrier before the "
+                                           f"optimizer step); expected one of {', '.join(honouring_post_validation())} "
+                                           "or post_validation: false", src)
 
     interconnects = tuple(catalog.interconnects)
     same_node = _choice(hw.interconnect.same_node, "hardware.interconnect.same_node", interconnects, src)
@@ -278,14 +287,16 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         micro_batch_size=m.simulation.micro_batch_size, schedule=schedule,
         scheduler_options=dict(pipe.scheduler_options), precision=pipe.precision,
         backward_factor=pipe.backward_factor, backward_split=split.enabled,
-        activation_grad_fraction=split.activation_grad_fraction, hidden_dim=model.hidden_dim,
+        activation_grad_fraction=(split.activation_grad_fraction if split.activation_grad_fraction is not None
+                                  else activation_grad_fraction(model.hidden_dim, model.seq_len)),
+        hidden_dim=model.hidden_dim,
         seq_len=model.seq_len, vocab_size=model.vocab_size, tied_embeddings=model.tied_embeddings,
         activation_mb=pipe.activation_mb, compute_jitter=pipe.compute_jitter,
         host_overhead=_dist(pipe.host_overhead), stages=tuple(stages), devices=tuple(devices),
         same_node=same_node, cross_node=cross_node, links=tuple(links), device_overrides=dev_over,
         optimizer_enabled=opt.enabled, optimizer_step_ms=step_ms, dp_degree=opt.data_parallel.degree,
         dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, failure=failure, output=output,
-        raw=raw, notes=notes, virtual_stages=pipe.virtual_stages,
+        raw=raw, notes=notes, virtual_stages=pipe.virtual_stages, post_validation=opt.post_validation,
     )
     _check_hops(scenario, catalog, src)
     return scenario

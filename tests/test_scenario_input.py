@@ -317,10 +317,18 @@ TOO_BIG = {
                            "failure.devices.count: got 1e+15; expected at most"),
     "too much work": (lambda s: s["simulation"].update(batches=10**5, microbatches=10**3),
                       "simulation: batches x microbatches x stages = 300,000,000 stage tasks; expected at most"),
-    "unknown scheduler option": (lambda s: s["pipeline"].update(schedule="zero_bubble",
+    "unknown scheduler option": (lambda s: s["pipeline"].update(schedule="zb_v",
                                                                 scheduler_options={"max_inflight": 2}),
                                  "pipeline.scheduler_options.max_inflight: unknown option for scheduler "
-                                 "'zero_bubble'; expected one of max_in_flight"),
+                                 "'zb_v'; expected one of max_in_flight"),
+    "option for zero_bubble": (lambda s: s["pipeline"].update(schedule="zero_bubble",
+                                                              scheduler_options={"max_in_flight": 2}),
+                               "pipeline.scheduler_options.max_in_flight: scheduler 'zero_bubble' takes no options"),
+    "option for hops_hetero": (lambda s: s["pipeline"].update(schedule="hops_hetero",
+                                                              scheduler_options={"max_in_flight": 2}),
+                               "pipeline.scheduler_options.max_in_flight: scheduler 'hops_hetero' takes no options"),
+    "post_validation with 1f1b": (lambda s: s["optimizer"].update(post_validation=True),
+                                  "optimizer.post_validation: schedule '1f1b' ignores it"),
     "option for 1f1b": (lambda s: s["pipeline"].update(scheduler_options={"max_in_flight": 2}),
                         "pipeline.scheduler_options.max_in_flight: scheduler '1f1b' takes no options"),
     "mtbf key matching no device": (lambda s: s.update(failure={"devices": {"mtbf_hours": {"h100": 5e4}}}),
@@ -339,7 +347,7 @@ def test_absurd_or_silently_ignored_input_is_one_line(case):
 
 
 def test_known_scheduler_options_and_an_mtbf_map_by_gpu_type_still_load():
-    sc = mutate(lambda s: s["pipeline"].update(schedule="zero_bubble", scheduler_options={"max_in_flight": 3}))
+    sc = mutate(lambda s: s["pipeline"].update(schedule="zb_v", scheduler_options={"max_in_flight": 3}))
     sc["failure"] = {"devices": {"mtbf_hours": {"a100": 4e4, "g1": 1e4, "default": 5e4}}}
     assert load_scenario(sc).scheduler_options == {"max_in_flight": 3}
 

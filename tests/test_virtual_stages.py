@@ -55,6 +55,14 @@ def test_megatron_constraint_on_microbatches_is_an_error_naming_the_field():
         hops.simulate(interleaved(4, 6, 2))
 
 
+def test_interleaved_with_one_chunk_per_stage_is_an_error_naming_the_field():
+    """With one chunk Megatron runs 1F1B; the interleaved order would double 1F1B's warm-up."""
+    with pytest.raises(hops.HopsError) as err:
+        hops.simulate(interleaved(4, 8, 1))
+    assert str(err.value) == ("pipeline.virtual_stages: interleaved_1f1b needs at least 2 model chunks per stage "
+                              "(got 1); set pipeline.virtual_stages: 2 or more, or use schedule 1f1b")
+
+
 def test_virtual_stages_with_a_one_chunk_schedule_is_an_error_naming_the_field():
     sc = pipeline(4, 8, schedule="1f1b")
     sc["pipeline"]["virtual_stages"] = 2
@@ -63,8 +71,9 @@ def test_virtual_stages_with_a_one_chunk_schedule_is_an_error_naming_the_field()
 
 
 def analytical(v):
+    """Two A100 stages; v chunks each under interleaved 1F1B, or one under 1F1B (v = 1)."""
     sc = {"simulation": {"batches": 1, "microbatches": 4},
-          "pipeline": {"schedule": "interleaved_1f1b", "virtual_stages": v,
+          "pipeline": {"schedule": "interleaved_1f1b" if v > 1 else "1f1b", "virtual_stages": v,
                        "model": {"hidden_dim": 2048, "seq_len": 2048},
                        "stages": [{"device": f"g{i}", "weights_mb": 1000,
                                    "compute": {"mode": "analytical", "tflop": 4.0, "memory_mb": 1000}}

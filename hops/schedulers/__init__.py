@@ -9,11 +9,11 @@ from .hetero_search import HeteroSearch
 from .hops_hetero import HopsHetero
 from .interleaved import Interleaved1F1B
 from .zb_v import ZBV
-from .zero_bubble import ZBH1, ZBH2, GreedyZeroBubble, ZeroBubble
+from .zero_bubble import ZBH1, ZBH2, ZeroBubble
 
 _REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, ZBV, Interleaved1F1B,
                                                                    HopsHetero, HeteroSearch)}
-_REGISTRY["zero_bubble"] = GreedyZeroBubble  # becomes ZB-H1 when calibration iteration 19 lands
+_REGISTRY["zero_bubble"] = ZBH1  # alias: the paper's ZB-H1 (Qi et al., ICLR 2024)
 
 
 def register(cls: type[Scheduler]) -> type[Scheduler]:
@@ -24,6 +24,11 @@ def register(cls: type[Scheduler]) -> type[Scheduler]:
 
 def available() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def honouring_post_validation() -> list[str]:
+    """Registered names whose schedule runs under optimizer post-validation."""
+    return [name for name in available() if _REGISTRY[name].post_validation]
 
 
 def resolve_scheduler(name: str) -> type[Scheduler]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from ..errors import ScenarioError
+
 
 @dataclass(frozen=True)
 class PipelineMeta:
@@ -28,6 +30,9 @@ class PipelineMeta:
     # stage_of[k] is the scenario stage (the device's position) that runs virtual stage k.
     stage_of: Sequence[int] = ()
     virtual_stages: int = 1
+    # optimizer.post_validation: a stage starts the next iteration when its own optimizer step is
+    # done, so iterations overlap (only schedules with ``post_validation = True`` see it set)
+    post_validation: bool = False
     # The same pipeline under another placement (a list of (stage, chunk) per virtual stage,
     # as Scheduler.placement returns): a scheduler that picks its placement at configure time
     # (hetero_search) compares candidates with it and sets ``chosen_placement``; the engine then
@@ -86,6 +91,12 @@ class Scheduler:
     # of False / True / "either" (the scheduler picks "BW" or "B" per microbatch); the engine
     # reads it after configure, so a scheduler may decide it from the pipeline's times.
     split_backward = False
+    # True: the schedule runs under optimizer post-validation (optimizer.post_validation), which
+    # lets each stage start its next iteration when its own optimizer step is done. The Zero
+    # Bubble schedules set it, as the ZB paper's implementation runs them; Megatron's gpipe, 1F1B
+    # and interleaved 1F1B keep its barrier, and schedules that plan around the flush (hops_hetero,
+    # hetero_search) would plan for the wrong iteration end. The scenario refuses it elsewhere.
+    post_validation = False
 
     def __init__(self, **options: Any):
         self.options = options
@@ -107,6 +118,18 @@ class Scheduler:
 
     def next_tasks(self, state: SchedulerState) -> list[Task]:
         raise NotImplementedError
+
+
+def whole_option(options: dict, key: str, lowest: int, why: str = "") -> int | None:
+    """A scheduler option that counts something (None when absent): a user's 0, 2.5 or "x" is
+    refused in one line naming it, never truncated or replaced by the default."""
+    value = options.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        raise ScenarioError(f"pipeline.scheduler_options.{key}", f"got {value!r}; expected a whole number of at "
+                            f"least {lowest}{why}")
+    return value
 
 
 class DeviceOrderScheduler(Scheduler):

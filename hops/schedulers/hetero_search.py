@@ -59,7 +59,7 @@ import heapq
 from typing import Callable, Sequence
 
 from ..errors import ScenarioError
-from .base import (PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, device_maps,
+from .base import (PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, device_maps, whole_option,
                    next_in_device_order)
 from .zb_v import list_schedule, v_placement
 
@@ -623,11 +623,14 @@ class HeteroSearch(StaticOrderScheduler):
         mode = str(self.options.get("placement", "auto"))
         if mode not in ("auto", "one_chunk", "v"):
             raise ScenarioError("pipeline.scheduler_options.placement", f"{mode!r}: expected auto, one_chunk or v")
-        cap = self.options.get("max_in_flight")
-        extra = int(self.options.get("extra_in_flight", 0))
-        cap = int(cap) if cap else min(p, m) + extra
-        passes = int(self.options.get("search_passes", 2))
-        budget = float(self.options.get("search_budget", 2e5))
+        cap = whole_option(self.options, "max_in_flight", 1)
+        cap = cap if cap is not None else min(p, m) + (whole_option(self.options, "extra_in_flight", 0) or 0)
+        passes = whole_option(self.options, "search_passes", 0)
+        passes = 2 if passes is None else passes
+        budget = self.options.get("search_budget", 2e5)
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+            raise ScenarioError("pipeline.scheduler_options.search_budget", f"got {budget!r}; expected a positive "
+                                "number of simulated tasks")
         plan = None
         if v == 1 and mode != "v":
             plan = search(meta, [cap] * p, passes, budget, bool(self.options.get("per_microbatch", True)))
@@ -654,7 +657,8 @@ class HeteroSearch(StaticOrderScheduler):
             elif plan is not None:
                 plan.alternatives = alts
         if plan is None:
-            raise ValueError(f"hetero_search: no schedule fits {cap} activations per stage")
+            raise ScenarioError("pipeline.scheduler_options.max_in_flight", f"hetero_search found no schedule within "
+                                f"{cap} activations per stage")
         self.plan = plan
         self.order = plan.orders
         if plan.device_orders is not None:

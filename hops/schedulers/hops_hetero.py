@@ -1,4 +1,4 @@
-"""HopsHetero (the seed's rule): pick zero_bubble or 1f1b once, at configure time.
+"""HopsHetero (the seed's rule): pick zero bubble (ZB-H1) or 1f1b once, at configure time.
 
 With T_i = f_i + b_i + w_i, the last stage has slack max_i(T_i) - T_last per microbatch.
 If that slack can absorb a deferred weight-gradient (>= w_last), zero-bubble's deferral is
@@ -14,7 +14,7 @@ from .zero_bubble import ZeroBubble
 
 class HopsHetero(Scheduler):
     name = "hops_hetero"
-    option_names = ("max_in_flight",)
+    option_names = ()  # neither ZB-H1 nor 1F1B takes options
 
     def configure(self, meta) -> None:
         super().configure(meta)

@@ -19,15 +19,19 @@ from ..errors import ScenarioError
 
 class Interleaved1F1B(DeviceOrderScheduler):
     name = "interleaved_1f1b"
+    option_names = ()
 
     @classmethod
     def placement(cls, p: int, v: int) -> list[tuple[int, int]]:
+        if v < 2:  # Megatron runs 1F1B then; this order with one chunk would double its warm-up
+            raise ValueError(f"interleaved_1f1b needs at least 2 model chunks per stage (got {v}); "
+                             "set pipeline.virtual_stages: 2 or more, or use schedule 1f1b")
         return [(d, c) for c in range(v) for d in range(p)]
 
     def configure(self, meta: PipelineMeta) -> None:
         v = meta.virtual_stages
         p = meta.n_stages // v
-        if v > 1 and meta.n_microbatches % p:
+        if meta.n_microbatches % p:
             raise ScenarioError("simulation.microbatches", f"{meta.n_microbatches} microbatches; interleaved 1F1B "
                                 f"(Megatron) needs a multiple of the {p} pipeline stages")
         super().configure(meta)

@@ -26,12 +26,24 @@ so it holds under any times. At unit times (tests/test_virtual_stages.py) this r
 6m + p - 1 whenever p divides m, at every depth tested (up to 16), and at every m >= 2p for
 p = 1-4 and 8; otherwise it is 1 to 4 units above it, a constant that does not grow with m --
 short of the paper's hand-drawn order, which is not written down for general p and m.
+
+Post-validation (``optimizer.post_validation: true``) removes the barrier between iterations,
+so a device starts its next iteration when its own optimizer step is done; the rules then
+plan two iterations back to back and keep the order that replays two shortest. The ZB
+repository lists ZB-V at zero bubble with 1F1B's activation memory; HOPS's rules do not get
+there: at the 2p-chunk cap device 0, which both starts and ends the V, still finishes each
+iteration last, and N iterations at unit times take N(6m + p - 1), as under the barrier. With
+``scheduler_options: {max_in_flight: 3p - 1}`` (chunk activations per device, about 1.5x
+1F1B's memory) each further iteration adds exactly 6m, the steady-state zero bubble, at every
+(p, m) tried with p <= 4 and at (5, 11) and (8, 32) (tests/test_zb_table.py), and 1 to 2
+units more at (5, 10), (6, 12) and (8, 16). Whether an order at 2p exists is open here. ``max_in_flight`` below 2p is refused: the
+rules stall there.
 """
 from __future__ import annotations
 
 import heapq
 
-from .base import DeviceOrderScheduler, PipelineMeta
+from .base import DeviceOrderScheduler, PipelineMeta, whole_option
 
 
 def v_placement(p: int) -> list[tuple[int, int]]:
@@ -44,18 +56,24 @@ def dev_of(k: int, p: int) -> int:
     return k if k < p else 2 * p - 1 - k
 
 
-def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_first: bool = False):
+def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_first: bool = False,
+                  cap: int | None = None, iterations: int = 1):
     """The rule above as an event-driven list schedule over the V, or a replay of fixed orders.
 
     ``times``: (f, b, w, xfer) per virtual stage (xfer[k]: message time from chunk k to its
     neighbours), default unit compute and free messages. ``b_first`` is the chunk whose ready
     B wins when both are ready; ``w_first`` puts pending W's before starting a new microbatch
-    (a first-chunk forward), which keeps the W's that fill the drain. With ``orders`` each
-    device runs its given order instead of
-    choosing. Returns (makespan, per-device peak chunk activations, per-device orders of
-    (chunk, phase, microbatch)), or None if the rule stalls.
+    (a first-chunk forward), which keeps the W's that fill the drain. ``cap``: chunk
+    activations a device may hold (default 2p, 1F1B's). ``iterations`` > 1 plans that many
+    iterations back to back as post-validation runs them (a device starts an iteration's work
+    once it has finished all of its previous one; microbatch g belongs to iteration g div m).
+    With ``orders`` each device runs its given order instead of choosing. Returns (makespan,
+    per-device peak chunk activations, per-device orders of (chunk, phase, microbatch) of the
+    last iteration, microbatches numbered within it), or None if the rule stalls.
     """
-    n, cap, never = 2 * p, 2 * p, float("inf")
+    n, never = 2 * p, float("inf")
+    cap = 2 * p if cap is None else cap
+    per_iter, m_iter, m = 6 * m, m, m * iterations
     f, b, w, xfer = times if times is not None else ([1.0] * n, [1.0] * n, [1.0] * n, [0.0] * n)
     f_at = [[never] * m for _ in range(n)]  # forward input available
     b_at = [[never] * m for _ in range(n)]  # output gradient available (last chunk: its F done)
@@ -64,11 +82,15 @@ def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_f
         f_at[0][j] = 0.0
     nf, nb, nw = [0] * n, [0] * n, [0] * n
     held, peak, busy = [0] * p, [0] * p, [False] * p
+    done = [0] * p  # tasks a device has finished: it may start iteration i's once it has done i * 6m
     pos = [0] * p
     out: list[list[tuple[int, str, int]]] = [[] for _ in range(p)]
     heap: list = []
     seq = 0
     left, now = 3 * n * m, 0.0
+
+    def open_for(d: int, j: int) -> bool:
+        return done[d] >= (j // m_iter) * per_iter
 
     def chunk_k(d: int, c: int) -> int:
         return d if c == 0 else n - 1 - d
@@ -83,13 +105,13 @@ def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_f
             return (c, ph, j) if ready[k][j] <= t else None
         for c in (b_first, 1 - b_first):
             k = chunk_k(d, c)
-            if nb[k] < m and b_at[k][nb[k]] <= t:
+            if nb[k] < m and b_at[k][nb[k]] <= t and open_for(d, nb[k]):
                 return c, "B", nb[k]
         k = chunk_k(d, 1)  # the returning chunk's forward first: it unblocks the loss and the backward
-        if held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t:
+        if held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t and open_for(d, nf[k]):
             return 1, "F", nf[k]
         k = chunk_k(d, 0)
-        new = held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t
+        new = held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t and open_for(d, nf[k])
         if new and not w_first:
             return 0, "F", nf[k]
         best = None
@@ -139,6 +161,7 @@ def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_f
             k, ph, j = task
             busy[d] = False
             left -= 1
+            done[d] += 1
             wake.add(d)
             if ph == "F":
                 if k == n - 1:
@@ -160,15 +183,17 @@ def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_f
                 start(d, now)
     if left:
         return None
-    return now, peak, out
+    last = (iterations - 1) * m_iter
+    return now, peak, [[(c, ph, j - last) for c, ph, j in o if j >= last] for o in out]
 
 
 class ZBV(DeviceOrderScheduler):
     """ZB-V: 1F1B's activation memory on every device, for twice the pipeline messages."""
 
     name = "zb_v"
-    option_names = ()
+    option_names = ("max_in_flight",)
     split_backward = True
+    post_validation = True
 
     @classmethod
     def placement(cls, p: int, v: int) -> list[tuple[int, int]]:
@@ -180,18 +205,24 @@ class ZBV(DeviceOrderScheduler):
     def configure(self, meta: PipelineMeta) -> None:
         p, m = meta.n_stages // 2, meta.n_microbatches
         n = 2 * p
+        cap = whole_option(self.options, "max_in_flight", n, f" (2p chunk activations per device, 1F1B's memory, "
+                                                              "below which the V's rules stall)")
         xfer = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
         expected = (list(meta.f), list(meta.b), list(meta.w), xfer)
+        # Under post-validation iterations overlap, so the order is planned over two of them
+        # back to back and judged by how long two take; otherwise over one (the flush).
+        its = 2 if meta.post_validation else 1
         # The rule at unit times (the paper's setting) and at the pipeline's expected times (a
         # heterogeneous or communication-bound V needs a different order); keep whichever runs
-        # shorter at the expected times. Both hold at most 2p chunk activations per device.
+        # shorter at the expected times. All hold at most ``cap`` chunk activations per device.
         candidates = []
         for times in (None, expected):
             for w_first in (False, True):
                 for b_first in (1, 0):
-                    r = list_schedule(p, m, times, b_first, w_first=w_first)
+                    r = list_schedule(p, m, times, b_first, w_first=w_first, cap=cap, iterations=its)
                     if r is not None:
-                        replay = list_schedule(p, m, expected, orders=r[2])
+                        again = [[(c, ph, j + i * m) for i in range(its) for c, ph, j in o] for o in r[2]]
+                        replay = list_schedule(p, m * its, expected, orders=again)
                         candidates.append((replay[0], max(r[1]), len(candidates), r[2]))
         _, _, _, self._orders = min(candidates)
         super().configure(meta)

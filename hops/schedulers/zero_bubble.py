@@ -14,16 +14,23 @@ tests/test_schedulers.py:
   1F1B's (p - 1)(F + B + W).
 - ZB-H2: p - 1 - s extra warm-up forwards (2(p - s) - 1 in all) and W's 2s steps late: 2p - 1
   microbatches in flight on every stage, the paper's (2p - 1) M_B. Its "zero bubble" is a
-  steady state across iterations that needs the paper's optimizer post-validation; HOPS
-  models Megatron's flush and optimizer barrier, under which one iteration at unit times
-  still takes 3m + p - 1 (the last stage cannot start before p - 1), and ZB-H2 gains over
-  ZB-H1 where W is shorter than B (tests/test_schedulers.py). It needs m >= 2p - 1.
+  steady state across iterations that needs the paper's optimizer post-validation
+  (``optimizer.post_validation: true``): stage s ends its iteration at 3m + s, exactly when
+  the next iteration's first input reaches it, so N iterations at unit times take
+  3mN + p - 1 (tests/test_post_validation.py). Under Megatron's flush and optimizer barrier
+  (the default) one iteration still takes 3m + p - 1 (the last stage cannot start before
+  p - 1), and ZB-H2 gains over ZB-H1 where W is shorter than B (tests/test_schedulers.py). Its warm-up needs m >= 2p - 1
+  microbatches; fewer is refused (use zb_h1) rather than run as a truncated order that is
+  neither schedule.
 
-``zero_bubble`` is an alias of ``zb_h1`` (the registry maps the name).
+ZB-H1 gains nothing from post-validation at unit times (stage 0 both starts and ends each
+iteration), only the barrier's wait. ``zero_bubble`` is an alias of ``zb_h1`` (the registry
+maps the name).
 """
 from __future__ import annotations
 
-from .base import Scheduler, SchedulerState, StaticOrderScheduler, Task
+from .base import PipelineMeta, StaticOrderScheduler, Task
+from ..errors import ScenarioError
 
 
 class ZBH1(StaticOrderScheduler):
@@ -32,6 +39,7 @@ class ZBH1(StaticOrderScheduler):
     name = "zb_h1"
     option_names = ()
     split_backward = True
+    post_validation = True
 
     def stage_order(self, s: int, p: int, m: int) -> list[Task]:
         warm = min(p - s - 1, m)
@@ -51,7 +59,16 @@ class ZBH2(StaticOrderScheduler):
     """ZB-H2: about twice 1F1B's activation memory (2p - 1 microbatches) for extra warm-up forwards."""
 
     name = "zb_h2"
+    option_names = ()
     split_backward = True
+    post_validation = True
+
+    def configure(self, meta: PipelineMeta) -> None:
+        p, m = meta.n_stages, meta.n_microbatches
+        if m < 2 * p - 1:
+            raise ScenarioError("simulation.microbatches", f"{m} microbatches; zb_h2 needs at least 2p - 1 = "
+                                f"{2 * p - 1} for its warm-up on {p} stages (use zb_h1)")
+        super().configure(meta)
 
     def stage_order(self, s: int, p: int, m: int) -> list[Task]:
         warm = min(2 * (p - s) - 1, m)
@@ -69,37 +86,3 @@ class ZBH2(StaticOrderScheduler):
 
 
 ZeroBubble = ZBH1  # the historical name; `zero_bubble` resolves to ZB-H1
-
-
-class GreedyZeroBubble(Scheduler):
-    """The greedy the calibrated model was admitted with: a ready B first, else a ready F
-    within the cap (p - s in flight), else a deferred W, with no lag on the W's.
-
-    Not the paper's order (twice ZB-H1's bubble at unit times): ``zero_bubble`` still resolves
-    to it because the traces' zero-bubble runs are scored with it, and moving them to ZB-H1 is
-    a calibration iteration of its own (autoresearch/LOG.md, iteration 19). Use ``zb_h1``.
-    """
-
-    name = "zero_bubble"
-    option_names = ("max_in_flight",)
-    split_backward = True
-
-    def configure(self, meta) -> None:
-        super().configure(meta)
-        p = meta.n_stages
-        cap = self.options.get("max_in_flight")
-        self.cap = [cap if cap else p - s for s in range(p)]
-
-    def next_tasks(self, state: SchedulerState) -> list[Task]:
-        s = state.stage
-        m = state.n_microbatches
-        nb = state.n_b[s]
-        if nb < m and state.b_ready[s][nb]:
-            return [("B", nb)]
-        nf = state.n_f[s]
-        if nf < m and state.f_ready[s][nf] and state.in_flight[s] < self.cap[s]:
-            return [("F", nf)]
-        nw = state.n_w[s]
-        if nw < nb:
-            return [("W", nw)]
-        return []

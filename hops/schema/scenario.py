@@ -106,7 +106,9 @@ class StageModel(Section):
 
 class BackwardSplitModel(Section):
     enabled: Bool = False
-    activation_grad_fraction: Num(gt=0, lt=1) = 0.5
+    activation_grad_fraction: Num(gt=0, lt=1, description="B's share of the fused backward; default "
+                                  "(3h + s) / (6h + s) from the model shape, 1/2 without it "
+                                  "(hops/backward_split.py)") | None = None
 
 
 class ModelShape(Section):
@@ -133,8 +135,8 @@ class SimulationModel(Section):
 
 class PipelineModel(Section):
     schedule: Str(description="gpipe, 1f1b, zb_h1, zb_h2, zb_v (virtual_stages: 2), interleaved_1f1b, "
-                            "zero_bubble, hops_hetero, hetero_search (picks one chunk per stage or ZB-V's V itself) "
-                            "or a dotted path") = "1f1b"
+                            "zero_bubble (= zb_h1), hops_hetero, hetero_search (picks one chunk per stage or "
+                            "ZB-V's V itself) or a dotted path") = "1f1b"
     scheduler_options: DictOf(Any) = Field(default_factory=dict)
     precision: Str(PRECISIONS) = "bf16"
     backward_factor: Num(gt=0) = 2.0
@@ -201,6 +203,9 @@ class DataParallelModel(Section):
 class OptimizerModel(Section):
     enabled: Bool = False
     step_ms: StepMs | None = None
+    post_validation: Bool = Field(False, description="the Zero Bubble paper's optimizer post-validation: each "
+                                  "stage steps without the cross-stage barrier, so iterations overlap; honoured by "
+                                  "zb_h1, zb_h2, zb_v and zero_bubble")
     data_parallel: DataParallelModel = Field(default_factory=DataParallelModel)
 
 
