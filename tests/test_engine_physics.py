@@ -16,10 +16,22 @@ def test_identical_stages_makespan_and_bubble(schedule, p, m):
 
 
 @pytest.mark.parametrize("p,m,c", [(2, 4, 0.5), (4, 8, 1.0), (5, 3, 2.0)])
-def test_gpipe_pays_each_hop_twice_on_the_critical_path(p, m, c):
+def test_gpipe_with_overlapped_sends_pays_each_hop_twice_on_the_critical_path(p, m, c):
     f, b = 2.0, 4.0
-    s = hops.simulate(pipeline(p, m, f=f, b=b, schedule="gpipe", hop_ms=c)).summary
+    overlapped = Catalog.load({"model.blocking_p2p": False})  # Megatron with --overlap-p2p-comm
+    s = hops.simulate(pipeline(p, m, f=f, b=b, schedule="gpipe", hop_ms=c), catalog=overlapped).summary
     assert s["makespan_ms"] == pytest.approx((m + p - 1) * (f + b) + 2 * (p - 1) * c, rel=1e-9)
+
+
+@pytest.mark.parametrize("p,m,c", [(2, 4, 0.5), (4, 8, 1.0), (5, 3, 2.0)])
+def test_gpipe_with_blocking_sends_pays_a_hop_after_every_pass_that_sends(p, m, c):
+    """A blocking send holds its stage until delivered, so each pass that sends costs f + c (or b + c):
+    stage 0 emits forward i at (i + 1)(f + c), the last stage's backwards start after
+    (m + p - 2)(f + c) + f and reach stage 0 after m + p - 2 more (b + c), which then runs its last b."""
+    f, b = 2.0, 4.0
+    assert Catalog.load().model["blocking_p2p"], "the preset models Megatron without --overlap-p2p-comm"
+    s = hops.simulate(pipeline(p, m, f=f, b=b, schedule="gpipe", hop_ms=c)).summary
+    assert s["makespan_ms"] == pytest.approx((m + p - 1) * (f + b) + 2 * (m + p - 2) * c, rel=1e-9)
 
 
 def test_throughput_counts_microbatches_over_the_window():

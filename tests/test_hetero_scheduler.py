@@ -140,28 +140,29 @@ def test_no_regression_on_own_stress_configs(name):
 def test_a_split_backward_pays_the_floor_of_the_kernels_each_half_launches():
     from hops.compute import W_KERNEL_SHARE
 
-    # 7 layers of h 1024 at a short sequence (s 128): FLOPs, weight and attention-score traffic
-    # are far below the 7 x 1.4 ms dispatch floor, so B and W are set by their floor shares
+    # Six layers of h 1024 at a short sequence (s 128) on A10Gs: FLOPs, weight and attention-score
+    # traffic are below the A10G's six-layer dispatch floors, so B and W are set by their floor
+    # shares. The middle stage carries neither the embedding nor the LM head.
     sc = {"simulation": {"batches": 1, "microbatches": 4},
           "pipeline": {"schedule": "1f1b", "model": {"hidden_dim": 1024, "seq_len": 128},
                        "stages": [{"device": f"g{i}", "weights_mb": 100,
                                    "compute": {"mode": "analytical", "tflop": 0.0226, "memory_mb": 48}}
-                                  for i in range(2)]},
-          "hardware": {"devices": [{"id": f"g{i}", "gpu": "l4", "node": "n0"} for i in range(2)],
+                                  for i in range(3)]},
+          "hardware": {"devices": [{"id": f"g{i}", "gpu": "a10g", "node": "n0"} for i in range(3)],
                        "interconnect": {"same_node": "pcie"}}}
 
     def expected(factor, share=W_KERNEL_SHARE):
         cat = Catalog.load({"model.backward_split_floor_factor": factor, "model.backward_w_kernel_share": share})
-        return hops.simulate(sc, catalog=cat).summary["stages"][0]["expected_ms"]  # no LM head
+        return hops.simulate(sc, catalog=cat).summary["stages"][1]["expected_ms"]
 
-    launch = 1.5  # L4 launch overhead: W is one more invocation
+    launch = Catalog.load().devices["a10g"]["launch_overhead_ms"]  # W is one more invocation
     e = expected(1.0)
     assert e["B"] - launch == pytest.approx((1 - W_KERNEL_SHARE) * (e["BW"] - launch))
     assert e["W"] - launch == pytest.approx(W_KERNEL_SHARE * (e["BW"] - launch))
     assert e["B"] + e["W"] == pytest.approx(e["BW"] + launch)  # the fused floor once, plus W's launch
     e2 = expected(2.0)  # the sensitivity setting: the split pays twice the fused floor
     assert e2["B"] + e2["W"] - 2 * launch == pytest.approx(2 * (e["BW"] - launch))
-    seed = hops.simulate(sc).summary["stages"][0]["expected_ms"]  # presets: the seed's charge, until it is gated
+    seed = hops.simulate(sc).summary["stages"][1]["expected_ms"]  # presets: the seed's charge, until it is gated
     assert seed["B"] == pytest.approx(seed["BW"]) and seed["W"] == pytest.approx(seed["BW"])
 
 
@@ -346,22 +347,23 @@ def test_hetero_search_with_two_virtual_stages_runs_the_v_only():
 
 
 def test_a_faster_v_that_overruns_a_device_memory_loses_to_a_one_chunk_plan_that_fits():
-    """bench_a10g_front runs the V (775 ms against 991). Make the last device's activations
-    large: the V holds 4 stage-microbatches there, the one-chunk plan 3, and only the latter
-    fits the L4's 24 GB. Forced, the V overruns it."""
+    """bench_l4_front runs the V (873 ms against 899). Make the last device's activations large
+    (5 GB a microbatch): the V then keeps 20 GB of them in flight there, the one-chunk plan 10 GB,
+    and only the latter fits the A10G's 24 GB beside its 6 GB of weights. Forced, the V overruns it."""
     import copy
 
     paths = {p.stem: p for p in reference_configs()}
-    doc, _ = load_document(paths["bench_a10g_front"])
+    doc, _ = load_document(paths["bench_l4_front"])
     doc["pipeline"]["schedule"] = "hetero_search"
     assert hops.simulate(doc).extras["virtual_stages"] == 2
-    for i, st in enumerate(doc["pipeline"]["stages"]):
-        st["activation_memory_mb"] = 5000 if i == 3 else 100
+    for st in doc["pipeline"]["stages"]:
+        st["activation_memory_mb"] = 5000 if st["device"] == "a10g_n3_g0" else 100
     auto = hops.simulate(doc)
     assert auto.extras["virtual_stages"] == 1 and auto.summary["memory_over_capacity"] == []
     forced = copy.deepcopy(doc)
     forced["pipeline"]["scheduler_options"] = {"placement": "v"}
-    assert hops.simulate(forced).summary["memory_over_capacity"] == ["l4_n3_g0"]
+    v = hops.simulate(forced).summary
+    assert v["memory_over_capacity"] == ["a10g_n3_g0"] and v["makespan_ms"] < auto.summary["makespan_ms"]
 
 
 def test_an_unknown_placement_option_is_a_one_line_scenario_error_naming_the_field():
