@@ -121,7 +121,7 @@ def test_deliberate_regression_is_rejected_with_every_violation_listed(env, stat
     assert code == 1, out
     assert "aggregate MAPE" in out and "|throughput error|" in out and "exceeds the 2 tolerance" in out
     assert "citation:" not in out
-    assert "without the run-to-run noise band" in out  # the tiny root has no archive split
+    assert "no run-to-run spread measured, every fixture keeps" in out  # the tiny root has no archive split
     for fid in TRAIN:
         assert f"{fid}: link_calibrated |throughput error|" in out
     before = golden_path().read_bytes()
