@@ -128,6 +128,7 @@ def add_commands(sub) -> None:
                                         "score the group (what to expect on a setup the fit never saw)")
     p.add_argument("--by", required=True, metavar="{device,depth,shape}", help="how to group the train fixtures")
     p.add_argument("--space", default="sum_model", help="space of search_space.yaml to refit (default sum_model)")
+    p.add_argument("--json", metavar="PATH", help="also write the tables as JSON (README's come from docs/crossval/)")
     _fixtures(p), _jobs(p)
     p.set_defaults(func=run_crossval)
 
@@ -195,6 +196,13 @@ def run_crossval(args) -> int:
 
     cv = crossval(args.by, space=args.space, root=args.fixtures, jobs=args.jobs, progress=sys.stderr.isatty())
     print(render(cv))
+    if args.json:
+        import json
+
+        try:
+            ledger.atomic_write(Path(args.json), json.dumps(cv.to_dict(), indent=1, allow_nan=False) + "\n")
+        except (OSError, ValueError) as exc:
+            raise HopsError(f"--json {args.json}: cannot write ({exc})") from None
     book = ledger.Ledger()
     run = book.start_run(ledger.CALIBRATION, f"crossval {args.by}", run_type="crossval",
                          params={**ledger.provenance("train", ("spec", "link_calibrated")), "by": args.by,

@@ -118,6 +118,16 @@ class Crossval:
                          **{f.label: cell(f.fit, p.path) for f in self.folds}} for p in self.all_train.params}
         return pd.DataFrame(rows).T
 
+    def to_dict(self) -> dict:
+        """The --json document (docs/make_readme_assets.py renders README's tables from it)."""
+        from . import ledger
+
+        return {"by": self.by, "space": self.space, "target_ratio": TARGET_RATIO, "met": self.met(),
+                "model_fingerprint": ledger.model_fingerprint(), "git_commit": ledger.git_commit(),
+                "date": ledger.now(), "command": f"python -m autoresearch crossval --by {self.by}",
+                "rows": [{k: _plain(v) for k, v in r.items()} for r in self.table().to_dict("records")],
+                "constants": self.constants().to_dict("index")}
+
     def met(self) -> bool:
         return bool(self.table()["target_met"].all())
 
@@ -167,6 +177,12 @@ def crossval(by: str, *, space: str = "sum_model", root=None, jobs: int = 1, pro
     finally:
         bar.close()
     return Crossval(by, space, folds, all_train, {p.path: float(committed[p.path]) for p in params})
+
+
+def _plain(v):
+    """A JSON value: numpy scalars as Python ones, NaN and inf as null."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def _aggregates(df: pd.DataFrame) -> dict:

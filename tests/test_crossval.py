@@ -106,3 +106,21 @@ def test_a_bad_by_value_is_a_one_line_error(capsys):
     assert main(["crossval", "--by", "colour"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--by 'colour'" in err and "device, depth, shape" in err
+
+
+def test_readme_tables_refuse_a_crossval_measured_on_another_model(tmp_path, monkeypatch):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "make_readme_assets.py"
+    spec = importlib.util.spec_from_file_location("make_readme_assets", path)
+    assets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(assets)
+    for by in assets.CROSSVAL_BY:
+        doc = json.loads((assets.CROSSVAL / f"{by}.json").read_text())
+        (tmp_path / f"{by}.json").write_text(json.dumps({**doc, "model_fingerprint": "0" * 16}))
+    monkeypatch.setattr(assets, "CROSSVAL", tmp_path)
+    monkeypatch.setattr(assets, "REPO", tmp_path.parent)
+    with pytest.raises(SystemExit, match="the model is now .*: run python -m autoresearch crossval --by device"):
+        assets.crossval()
