@@ -126,7 +126,8 @@ class Crossval:
                 "model_fingerprint": ledger.model_fingerprint(), "git_commit": ledger.git_commit(),
                 "date": ledger.now(), "command": f"python -m autoresearch crossval --by {self.by}",
                 "rows": [{k: _plain(v) for k, v in r.items()} for r in self.table().to_dict("records")],
-                "constants": self.constants().to_dict("index")}
+                "constants": self.constants().to_dict("index"),
+                "all_train_fixtures": len(self.all_train.fixtures)}
 
     def met(self) -> bool:
         return bool(self.table()["target_met"].all())

@@ -92,11 +92,12 @@ def crossval() -> str:
         verdict = "met" if doc["met"] else "not met (✗)"
         parts.append(f"`{doc['command']}` ({doc['date'][:10]}, model {doc['model_fingerprint']}): target "
                      f"out / in ≤ {doc['target_ratio']:g} {verdict}.\n\n" + "\n".join(rows) + "\n")
-    consts = json.loads((CROSSVAL / f"{CROSSVAL_BY[0]}.json").read_text())["constants"]
+    first = json.loads((CROSSVAL / f"{CROSSVAL_BY[0]}.json").read_text())
+    consts = first["constants"]
     rows = ["| constant | committed | refit on all train |", "|---|---|---|"]
     rows += [f"| `{path}` | {c['committed']} | {c['all train']} |" for path, c in consts.items()]
-    parts.append("The phase fit on all 36 train fixtures against the committed constants (`*`: at a bound of "
-                 "search_space.yaml):\n\n" + "\n".join(rows) + "\n")
+    parts.append(f"The phase fit on all {first['all_train_fixtures']} train fixtures against the committed "
+                 "constants (`*`: at a bound of search_space.yaml):\n\n" + "\n".join(rows) + "\n")
     return "\n".join(parts)
 
 

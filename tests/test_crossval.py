@@ -61,7 +61,13 @@ def test_a_gpu_absent_from_the_fit_data_gets_the_generic_floor_not_a_fitted_one(
 
 def test_crossval_fits_each_fold_without_the_fixtures_it_scores(fixtures_root, monkeypatch):
     ids = [*SHAPES, "exp2_8_h100_pair_pp2_run105", "exp2_9_g_only_pp4_run107", "exp2_13_a10g_pair_pp2_run135"]
-    monkeypatch.setattr(cv_mod, "list_fixtures", lambda root, split: list_fixtures(root, split, ids))
+    splits = []
+
+    def only_train(root, split):
+        splits.append(split)
+        return list_fixtures(root, split, ids)
+
+    monkeypatch.setattr(cv_mod, "list_fixtures", only_train)
     seen = []
     real_fit = phase_fit.fit
 
@@ -71,6 +77,7 @@ def test_crossval_fits_each_fold_without_the_fixtures_it_scores(fixtures_root, m
 
     monkeypatch.setattr(phase_fit, "fit", spy)
     result = cv_mod.crossval("depth", root=fixtures_root, starts=1)
+    assert splits == ["train"]
     assert seen[0] == set(ids)  # the all-train fit
     assert len(result.folds) == 3  # pp2, pp4, pp6
     for fold, fitted in zip(result.folds, seen[1:]):
