@@ -124,6 +124,14 @@ def add_commands(sub) -> None:
     p.add_argument("--json", metavar="PATH", help="also write the pairs and means as JSON")
     p.set_defaults(func=run_noise)
 
+    p = sub.add_parser("crossval", help="refit the fitted constants without each group of train fixtures and "
+                                        "score the group (what to expect on a setup the fit never saw)")
+    p.add_argument("--by", required=True, metavar="{device,depth,shape}", help="how to group the train fixtures")
+    p.add_argument("--space", default="sum_model", help="space of search_space.yaml to refit (default sum_model)")
+    p.add_argument("--json", metavar="PATH", help="also write the tables as JSON (README's come from docs/crossval/)")
+    _fixtures(p), _jobs(p)
+    p.set_defaults(func=run_crossval)
+
     p = sub.add_parser("precommit", help="the pre-commit hook: run the gate when a staged file is a model or gate file")
     p.add_argument("files", nargs="*", help="staged files (pre-commit passes them)")
     _fixtures(p), _jobs(p)
@@ -179,6 +187,31 @@ def run_noise(args) -> int:
     run = book.start_run(ledger.CALIBRATION, "noise", run_type="noise",
                          params={"git_commit": ledger.git_commit(), "split": "archive+train"})
     book.log(run, metrics=n.metrics())
+    book.finish(run)
+    return 0
+
+
+def run_crossval(args) -> int:
+    from .crossval import crossval, render
+
+    cv = crossval(args.by, space=args.space, root=args.fixtures, jobs=args.jobs, progress=sys.stderr.isatty())
+    print(render(cv))
+    if args.json:
+        import json
+
+        try:
+            ledger.atomic_write(Path(args.json), json.dumps(cv.to_dict(), indent=1, allow_nan=False) + "\n")
+        except (OSError, ValueError) as exc:
+            raise HopsError(f"--json {args.json}: cannot write ({exc})") from None
+    book = ledger.Ledger()
+    run = book.start_run(ledger.CALIBRATION, f"crossval {args.by}", run_type="crossval",
+                         params={**ledger.provenance("train", ("spec", "link_calibrated")), "by": args.by,
+                                 "space": args.space})
+    book.log(run, metrics=cv.metrics())
+    with tempfile.TemporaryDirectory() as tmp:
+        cv.table().to_csv(Path(tmp) / "crossval.csv", index=False)
+        cv.constants().to_csv(Path(tmp) / "constants.csv")
+        book.log_artifacts(run, tmp)
     book.finish(run)
     return 0
 

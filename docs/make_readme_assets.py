@@ -10,7 +10,12 @@ Each generated block in README.md sits between ``<!-- generated: NAME -->`` and
   directory is shown as Hydra's default pattern, not this machine's timestamp);
 - ``calibration``: the train-split aggregates of the committed golden file
   (autoresearch/golden/train.json), which `admit` rewrites, so the README quotes exactly
-  what the gate holds the model to.
+  what the gate holds the model to;
+- ``crossval``: the cross-validation tables of docs/crossval/<by>.json, which
+  ``python -m autoresearch crossval --by <by> --json docs/crossval/<by>.json`` writes (a few
+  minutes on the fixtures, so the README quotes its committed output). Each records the model
+  fingerprint it measured; a stale one (the model changed since) stops this script with the
+  command to rerun.
 
 The timeline image is rendered from the same default run.
 """
@@ -28,6 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 IMAGE = REPO / "docs" / "img" / "hetero_pp4_timeline.png"
 GOLDEN = REPO / "autoresearch" / "golden" / "train.json"
+CROSSVAL = REPO / "docs" / "crossval"
+CROSSVAL_BY = ("device", "depth", "shape")
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
@@ -59,10 +66,45 @@ def calibration() -> str:
     return head + "\n".join(rows) + "\n"
 
 
+def crossval() -> str:
+    sys.path.insert(0, str(REPO))
+    from autoresearch.ledger import model_fingerprint
+
+    now = model_fingerprint()
+    parts = []
+    for by in CROSSVAL_BY:
+        path = CROSSVAL / f"{by}.json"
+        cmd = f"python -m autoresearch crossval --by {by} --json {path.relative_to(REPO)}"
+        if not path.exists():
+            raise SystemExit(f"{path.relative_to(REPO)} is missing: run {cmd}")
+        doc = json.loads(path.read_text())
+        if doc["model_fingerprint"] != now:
+            raise SystemExit(f"{path.relative_to(REPO)} measured model {doc['model_fingerprint']}, the model is now "
+                             f"{now}: run {cmd}")
+        rows = ["| left out | fixtures | fitted on | variant | MAPE in → out | bubble MAE in → out | rho in → out "
+                "| out / in |", "|---|---|---|---|---|---|---|---|"]
+        for r in doc["rows"]:
+            rho = " → ".join("n/a" if r[k] is None else f"{r[k]:.2f}" for k in ("in_rho", "out_rho"))
+            flag = "" if r["target_met"] else " ✗"
+            rows.append(f"| {r['group']} | {r['n']} | {r['fit_n']} | `{r['variant']}` | {r['in_mape']:.2f} → "
+                        f"{r['out_mape']:.2f} % | {r['in_bubble_pp']:.2f} → {r['out_bubble_pp']:.2f} pp | {rho} | "
+                        f"{r['ratio']:.2f}x{flag} |")
+        verdict = "met" if doc["met"] else "not met (✗)"
+        parts.append(f"`{doc['command']}` ({doc['date'][:10]}, model {doc['model_fingerprint']}): target "
+                     f"out / in ≤ {doc['target_ratio']:g} {verdict}.\n\n" + "\n".join(rows) + "\n")
+    first = json.loads((CROSSVAL / f"{CROSSVAL_BY[0]}.json").read_text())
+    consts = first["constants"]
+    rows = ["| constant | committed | refit on all train |", "|---|---|---|"]
+    rows += [f"| `{path}` | {c['committed']} | {c['all train']} |" for path, c in consts.items()]
+    parts.append(f"The phase fit on all {first['all_train_fixtures']} train fixtures against the committed "
+                 "constants (`*`: at a bound of search_space.yaml):\n\n" + "\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
 def render(tmp: Path) -> tuple[str, bytes]:
     text = README.read_text()
     sample, png = sample_run(tmp)
-    blocks = {"sample-run": sample, "calibration": calibration()}
+    blocks = {"sample-run": sample, "calibration": calibration(), "crossval": crossval()}
     missing = set(blocks) - {m.group("name") for m in BLOCK.finditer(text)}
     if missing:
         raise SystemExit(f"README.md: no generated block named {', '.join(sorted(missing))}")

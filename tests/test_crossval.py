@@ -1,0 +1,133 @@
+"""The phase fit and the cross-validation built on it (autoresearch/fit.py, autoresearch/crossval.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autoresearch import crossval as cv_mod
+from autoresearch import fit as phase_fit
+from autoresearch.__main__ import main
+from autoresearch.fixtures import list_fixtures
+from autoresearch.search import select
+from hops.hardware import Catalog
+
+SHAPES = ("exp2_1_all_nodes_run93", "exp2_33_all_nodes_seq4096_run197", "exp2_34_all_nodes_hidden2048_run201")
+
+
+@pytest.fixture(scope="module")
+def shapes(fixtures_root):
+    return phase_fit.stage_phases(list_fixtures(fixtures_root, "train", SHAPES))
+
+
+def _params(*paths):
+    _, params = select("sum_model")
+    return [p for p in params if p.path in paths]
+
+
+def test_the_fit_recovers_constants_that_generated_the_phase_times(shapes):
+    # Three shapes (base, seq 4096, hidden 2048) separate GEMM efficiency from the attention traffic;
+    # "measured" phases are the model's own prediction under known values away from the presets.
+    truth = {"model.compute_time_coefficient": 1.6, "model.attention_bytes_forward": 20.0,
+             "model.attention_bytes_backward": 40.0, "model.logits_bytes_forward": 30.0}
+    synthetic = phase_fit.predicted(shapes, Catalog.load(truth))
+    data, k = [], 0
+    for d in shapes:
+        data.append(dataclasses.replace(d, measured=synthetic[k:k + len(d.measured)]))
+        k += len(d.measured)
+    result = phase_fit.fit(data, _params(*truth), starts=3)
+    for path, value in truth.items():
+        assert result.values[path] == pytest.approx(value, rel=0.02), path
+    assert np.abs(result.residuals).max() < 1e-3
+
+
+def test_the_fit_stays_within_the_space_bounds_and_names_values_at_a_bound(shapes):
+    params = _params("model.compute_time_coefficient", "model.attention_bytes_forward")
+    doubled = [dataclasses.replace(d, measured=d.measured * 4.0) for d in shapes]  # no value in bounds gets there
+    result = phase_fit.fit(doubled, params, starts=2)
+    for p in params:
+        assert p.low <= result.values[p.path] <= p.high
+    assert result.at_bound()["model.compute_time_coefficient"] == "high"
+
+
+def test_a_gpu_absent_from_the_fit_data_gets_the_generic_floor_not_a_fitted_one(fixtures_root):
+    data = phase_fit.stage_phases(list_fixtures(fixtures_root, "train", ["exp2_8_h100_pair_pp2_run105"]))
+    result = phase_fit.fit(data, _params("devices.a10g.k_floor_ms", "devices.h100.k_floor_ms"), starts=1)
+    generic = Catalog.load().model["k_floor_ms"]
+    assert result.unseen == {"devices.a10g.k_floor_ms": generic}
+    assert result.values["devices.a10g.k_floor_ms"] == generic
+
+
+def test_crossval_fits_each_fold_without_the_fixtures_it_scores(fixtures_root, monkeypatch):
+    ids = [*SHAPES, "exp2_8_h100_pair_pp2_run105", "exp2_9_g_only_pp4_run107", "exp2_13_a10g_pair_pp2_run135"]
+    splits = []
+
+    def only_train(root, split):
+        splits.append(split)
+        return list_fixtures(root, split, ids)
+
+    monkeypatch.setattr(cv_mod, "list_fixtures", only_train)
+    seen = []
+    real_fit = phase_fit.fit
+
+    def spy(data, params, **kw):
+        seen.append({d.id for d in data})
+        return real_fit(data, params, **kw)
+
+    monkeypatch.setattr(phase_fit, "fit", spy)
+    result = cv_mod.crossval("depth", root=fixtures_root, starts=1)
+    assert splits == ["train"]
+    assert seen[0] == set(ids)  # the all-train fit
+    assert len(result.folds) == 3  # pp2, pp4, pp6
+    for fold, fitted in zip(result.folds, seen[1:]):
+        assert fitted == set(fold.fitted_on) == set(ids) - set(fold.left_out)
+        assert fold.left_out_scores["spec"]["n"] == len(fold.left_out)
+
+
+def test_shape_groups_are_the_shapes_beyond_the_base_model(fixtures_root):
+    fixtures = list_fixtures(fixtures_root, "train", [*SHAPES, "exp2_8_h100_pair_pp2_run105"])
+    groups = cv_mod.groups_by("shape", fixtures, phase_fit.stage_phases(fixtures))
+    assert groups == {"seq 4096": ["exp2_33_all_nodes_seq4096_run197"],
+                      "hidden 2048": ["exp2_34_all_nodes_hidden2048_run201"],
+                      "layers 2": list(SHAPES), "layers 6": ["exp2_8_h100_pair_pp2_run105"]}
+
+
+def test_the_cli_prints_the_table_per_group_and_logs_a_crossval_run(fixtures_root, monkeypatch, capsys, tmp_path):
+    ids = ["exp2_8_h100_pair_pp2_run105", "exp2_9_g_only_pp4_run107", "exp2_1_all_nodes_run93"]
+    monkeypatch.setattr(cv_mod, "list_fixtures", lambda root, split: list_fixtures(root, split, ids))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("HOPS_AUTORESEARCH_STATE", str(tmp_path / "state"))
+    assert main(["crossval", "--by", "depth", "--fixtures", str(fixtures_root)]) == 0
+    out = capsys.readouterr().out
+    assert "in_mape" in out and "out_mape" in out
+    for label in ("pp2", "pp4", "pp6"):
+        assert any(line.split()[:2] == [label, "spec"] for line in out.splitlines()), label
+    from autoresearch import ledger
+
+    runs = ledger.Ledger().runs(ledger.CALIBRATION, "tags.run_type = 'crossval'")
+    assert len(runs) == 1 and "crossval.depth.pp2.spec.out.mape" in runs[0].data.metrics
+
+
+def test_a_bad_by_value_is_a_one_line_error(capsys):
+    assert main(["crossval", "--by", "colour"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--by 'colour'" in err and "device, depth, shape" in err
+
+
+def test_readme_tables_refuse_a_crossval_measured_on_another_model(tmp_path, monkeypatch):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "make_readme_assets.py"
+    spec = importlib.util.spec_from_file_location("make_readme_assets", path)
+    assets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(assets)
+    for by in assets.CROSSVAL_BY:
+        doc = json.loads((assets.CROSSVAL / f"{by}.json").read_text())
+        (tmp_path / f"{by}.json").write_text(json.dumps({**doc, "model_fingerprint": "0" * 16}))
+    monkeypatch.setattr(assets, "CROSSVAL", tmp_path)
+    monkeypatch.setattr(assets, "REPO", tmp_path.parent)
+    with pytest.raises(SystemExit, match="the model is now .*: run python -m autoresearch crossval --by device"):
+        assets.crossval()
