@@ -26,6 +26,7 @@ from typing import TextIO
 
 DELAY_S = 2.0
 REDRAW_S = 0.5
+MIN_INTERVAL_S = 0.1  # at most this often drawn by update(): cheap for callers that count fine-grained work
 
 
 class Progress:
@@ -36,7 +37,7 @@ class Progress:
     """
 
     def __init__(self, total: int | None = None, desc: str = "", unit: str = "it", *,
-                 enabled: bool | None = None, delay: float = DELAY_S, stream: TextIO | None = None,
+                 enabled: bool | None = None, delay: float | None = None, stream: TextIO | None = None,
                  bar_format: str | None = None) -> None:
         stream = stream or sys.stderr
         if enabled is None:
@@ -47,8 +48,10 @@ class Progress:
         from tqdm import tqdm
 
         self._lock = threading.Lock()
-        self._bar = tqdm(total=total, desc=desc, unit=unit, delay=delay, leave=False, file=stream,
-                         dynamic_ncols=True, miniters=0, bar_format=bar_format)  # miniters=0: a redraw without new work still draws
+        # miniters=0: a redraw without new work (the thread's update(0)) still draws
+        self._bar = tqdm(total=total, desc=desc, unit=unit, delay=DELAY_S if delay is None else delay, leave=False,
+                         file=stream, dynamic_ncols=True, miniters=0, mininterval=MIN_INTERVAL_S,
+                         bar_format=bar_format)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._redraw, name="hops-progress", daemon=True)
         self._thread.start()
@@ -129,3 +132,24 @@ def _isatty(stream) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
+
+
+def each(items, desc: str, unit: str = "it", *, total: int | None = None, enabled: bool | None = None,
+         label=None):
+    """Iterate over `items` with a progress line counting them (per fold, per trial, per fixture).
+
+        for fold in each(folds, "crossval", "fold", label=lambda f: f.name):
+            ...
+
+    `label(item)` names the item being worked on. The line is erased when the loop ends,
+    also when it ends early (break, exception).
+    """
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)
+    with Progress(total=total, desc=desc, unit=unit, enabled=enabled) as progress:
+        for item in items:
+            if label is not None:
+                progress.note(str(label(item)))
+            yield item
+            progress.update()
+

@@ -307,6 +307,20 @@ def test_search_refuses_anything_not_allowlisted_and_nests_trials(env, state, ca
     assert Catalog.load().as_dict() == read_golden()["catalog"], "search must not write presets"
 
 
+def test_search_counts_finished_trials_on_stderr(env, state, capsys, tmp_path, monkeypatch):
+    import hops.progress
+    from autoresearch.search import run_search
+
+    monkeypatch.setattr(hops.progress, "DELAY_S", 0.0)  # shown at once (2 s on a terminal) ...
+    monkeypatch.setattr(hops.progress, "MIN_INTERVAL_S", 0.0)  # ... at every trial, however fast
+    result = run_search("compute", 2, storage=f"sqlite:///{tmp_path / 'optuna.db'}", only=[COEF], seed=5,
+                        progress=True)
+    err = capsys.readouterr().err
+    assert result.n_trials == 2
+    assert "search compute:" in err and "2/2" in err and "trial 1: " in err  # per trial, with its objective
+    assert err.endswith("\r")  # erased at the end: what is printed next starts on a clean line
+
+
 # --------------------------------------------------------------------------- ledger contents
 def test_runs_carry_the_documented_params_metrics_tags_and_artifacts(env, state, capsys):
     assert run(capsys, "propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e",

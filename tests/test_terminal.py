@@ -128,6 +128,23 @@ def test_progress_counts_phases_and_a_line_written_during_it_stands_alone():
     assert "\rnote: something\n" in text  # the progress line is cleared first
 
 
+def test_each_counts_the_items_of_a_loop_and_erases_its_line_when_the_loop_ends_early(capsys, monkeypatch):
+    """The helper for per-fold / per-trial loops (e.g. a cross-validation's folds)."""
+    import hops.progress
+
+    monkeypatch.setattr(hops.progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(hops.progress, "MIN_INTERVAL_S", 0.0)
+    seen = []
+    for fold in hops.progress.each(["a", "b", "c", "d"], "crossval", "fold", enabled=True, label=str.upper):
+        seen.append(fold)
+        if fold == "c":
+            break
+    err = capsys.readouterr().err
+    assert seen == ["a", "b", "c"]
+    assert "crossval:" in err and "2/4" in err and "fold" in err and "B]" in err
+    assert err.endswith("\r") and err.split("\r")[-2].strip() == ""  # erased although the loop broke off
+
+
 def test_a_sweep_counts_its_finished_jobs_on_disk(tmp_path):
     from hops.sweep import JobsDone
 
