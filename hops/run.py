@@ -161,9 +161,7 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
         path = Path(to_absolute_path(str(cfg.scenario_file)))
         if not path.is_file():
             raise ScenarioError("scenario_file", f"file not found: {path}")
-        data, _ = load_document(path)
-        if not isinstance(data, dict):
-            raise ScenarioError("scenario_file", f"{path}: expected a mapping of scenario sections")
+        data, _ = load_document(path)  # a top level that is not a mapping is refused there, naming the file
         stages = data["pipeline"].get("stages") if isinstance(data.get("pipeline"), dict) else None
         if isinstance(stages, list) and len(stages) > MAX_STAGES:  # before OmegaConf copies it (~1 ms per stage)
             raise ScenarioError("pipeline.stages", f"{len(stages)} stages; the engine runs at most {MAX_STAGES}",
