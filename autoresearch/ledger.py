@@ -250,11 +250,14 @@ class Ledger:
     """Thin, retrying wrapper over MlflowClient for the runs autoresearch writes."""
 
     def __init__(self, uri: str | None = None):
+        from hops.tracking import check_reachable
+
+        self.uri = uri or tracking_uri()
+        check_reachable(self.uri)  # a server that is not there: one line now, not minutes of retries
         for name in ("alembic", "mlflow.store.db.utils", "mlflow.store.db"):
             logging.getLogger(name).setLevel(logging.WARNING)
         from mlflow import MlflowClient
 
-        self.uri = uri or tracking_uri()
         db = _sqlite_path(self.uri)
         ready = db.with_name(db.name + ".ready") if db else None
         if ready is None or (ready.exists() and db.exists()):
@@ -504,6 +507,27 @@ def md_table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
 def aggregates_md(aggregates: Mapping[str, Mapping[str, float]]) -> str:
     return md_table(["variant", "MAPE %", "bubble MAE pp", "rho mean", "n"],
                     [[v, a["mape"], a["bubble_mae_pp"], a["rho_mean"], int(a["n"])] for v, a in aggregates.items()])
+
+
+def log_evaluation(report, command: str, *, overrides=None, sections: Iterable[str] = (),
+                   extra: Callable[[Path], None] | None = None) -> str:
+    """One run for a scoring command (validate, observe): provenance params, aggregate and group metrics,
+    the report artifacts (plus what `extra(dir)` writes), tagged with the open iteration if any. Its id."""
+    import tempfile
+
+    book = Ledger()
+    it = book.open_iteration()
+    run = book.start_run(CALIBRATION, command, run_type=command,
+                         params=provenance(report.split, report.variants, overrides),
+                         tags=iteration_tags(it) if it else {})
+    book.log(run, metrics={**aggregate_metrics(report.aggregates()), **group_metrics(report.groups())})
+    with tempfile.TemporaryDirectory() as tmp:
+        d = write_report_artifacts(report, Path(tmp), title=f"{command} {report.split}", sections=sections)
+        if extra is not None:
+            extra(d)
+        book.log_artifacts(run, d)
+    book.finish(run)
+    return run
 
 
 def write_report_artifacts(report, directory: Path, *, title: str, sections: Iterable[str] = ()) -> Path:

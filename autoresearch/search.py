@@ -17,7 +17,6 @@ same trial); workers on several machines share a study by passing the same
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import yaml
 
 from hops.errors import HopsError
 from hops.hardware import Catalog
+from hops.tracking import redact  # storage URLs may carry a password; it must not reach the ledger
 from hops.traces.guard import check_split
 
 from . import ledger, state
@@ -124,11 +124,6 @@ def select(space: str, only=None, path: Path | None = None) -> tuple[dict, list[
                                   f"{Path(path or state.config_path(SPACE_PATH.name)).name} first")
         params = [declared[item] for item in dict.fromkeys(only)]
     return weights, params
-
-
-def redact(url: str) -> str:
-    """Storage URLs may carry a password; it must not end up in the ledger."""
-    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
 
 
 def default_storage() -> str:
