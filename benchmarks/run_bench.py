@@ -1,6 +1,10 @@
 """What a run costs around the simulation: `hops.run` end to end vs `hops.simulate`, per output.
 
 Prints medians (and the ratio to the simulation) for:
+- the cold start, in fresh processes: `import hops`, the first `hops.simulate` (PP8 x 64)
+  with the model fingerprint's disk cache and without it, and `python -m hops.run` end to end
+  on the default scenario; against a baseline of `import numpy, yaml` + a warm simulate (no
+  checkout of the original HOPS is here to time; target: import + first simulate <= 3x that);
 - a small scenario's warm `hops.simulate` (PP8 x 64; target <= 10 ms), and the preset
   YAML parse it no longer repeats (libyaml vs pure Python, per-process catalog cache);
 - a large one (PP64 x 1024, 4 iterations): simulate, each output writer (events.csv,
@@ -31,6 +35,12 @@ changed one, 5 runs each, median of the 5 medians of 20: 7.82 ms before, 6.69 ms
 other jobs kept both cores busy (load ~3.3) single runs of either swung between 12.5 and
 15.5 ms, more than the difference; alternating the two in one process then (200 calls
 each) gave 8.27 / 7.19 ms.
+Cold start, 2026-12-04, load ~3, medians of 5 fresh processes: import numpy + yaml 214.5 ms,
+import hops 129.3 ms, first simulate 264.6 ms (fingerprint cache) / 576.2 ms (no cache), warm
+9.4 ms; import + first simulate 394 ms = 1.8x the baseline; hops.run end to end 1.89 s wall
+(`python -c 'import numpy, yaml'` 0.31 s). A second run during a pip install (load higher):
+1.29 s end to end, first simulate 545.9 / 867.4 ms, 2.5x. The same day, --repeats 1, --no-plots:
+hops.simulate PP64 x 1024 x 4 4.86 s, hops.run end to end 6.82 s (1.40x; cpu 1.41x).
 Single runs (--repeats 1) of the end to end swing by +-0.3x on this box; the CPU ratio
 holds steadier. What is left of the end to end beyond simulate + writers is fixed cost:
 interpreter, Hydra and hops imports, Hydra's config composition and the cold model
