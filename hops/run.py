@@ -250,7 +250,7 @@ def write_outputs(result, run_dir: Path, title: str | None = None,
     run_dir.mkdir(parents=True, exist_ok=True)
     out = result.scenario.output
     tl = result.timeline
-    plan: list[tuple[str, str, Any]] = []  # (key in paths, file, writer: path -> None)
+    plan: list[tuple[str, str, Any]] = []  # (key in paths, file, writer: path -> None, or the text itself)
     if out.get("events", True):
         plan.append(("events", "events.csv", lambda p: outputs.write_events_csv(tl, p)))
     # exactly what ran: re-run with scenario_file=<this>
