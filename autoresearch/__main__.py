@@ -54,6 +54,9 @@ def _run_validate(args) -> int:
         except OSError as exc:
             raise HopsError(f"--json {args.json}: cannot write ({exc.strerror or exc})") from None
     print(report.text())
+    from .ledger import log_evaluation
+
+    log_evaluation(report, "validate", overrides=args.set)  # after printing: a ledger failure loses no result
     return 0
 
 

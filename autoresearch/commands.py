@@ -154,7 +154,7 @@ def run_search(args) -> int:
 
     print(render(search(args.space, args.trials, storage=args.storage, study_name=args.study, root=args.fixtures,
                         jobs=args.jobs, seed=args.seed, only=args.only, split=args.split,
-                        workers=args.workers)))
+                        workers=args.workers, progress=sys.stderr.isatty())))
     return 0
 
 

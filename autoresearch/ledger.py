@@ -251,11 +251,14 @@ class Ledger:
     """Thin, retrying wrapper over MlflowClient for the runs autoresearch writes."""
 
     def __init__(self, uri: str | None = None):
+        from hops.tracking import check_reachable
+
+        self.uri = uri or tracking_uri()
+        check_reachable(self.uri)  # a server that is not there: one line now, not minutes of retries
         for name in ("alembic", "mlflow.store.db.utils", "mlflow.store.db"):
             logging.getLogger(name).setLevel(logging.WARNING)
         from mlflow import MlflowClient
 
-        self.uri = uri or tracking_uri()
         db = _sqlite_path(self.uri)
         ready = db.with_name(db.name + ".ready") if db else None
         if ready is None or (ready.exists() and db.exists()):
@@ -507,6 +510,27 @@ def aggregates_md(aggregates: Mapping[str, Mapping[str, float]]) -> str:
                     [[v, a["mape"], a["bubble_mae_pp"], a["rho_mean"], int(a["n"])] for v, a in aggregates.items()])
 
 
+def log_evaluation(report, command: str, *, overrides=None, sections: Iterable[str] = (),
+                   extra: Callable[[Path], None] | None = None) -> str:
+    """One run for a scoring command (validate, observe): provenance params, aggregate and group metrics,
+    the report artifacts (plus what `extra(dir)` writes), tagged with the open iteration if any. Its id."""
+    import tempfile
+
+    book = Ledger()
+    it = book.open_iteration()
+    run = book.start_run(CALIBRATION, command, run_type=command,
+                         params=provenance(report.split, report.variants, overrides),
+                         tags=iteration_tags(it) if it else {})
+    book.log(run, metrics={**aggregate_metrics(report.aggregates()), **group_metrics(report.groups())})
+    with tempfile.TemporaryDirectory() as tmp:
+        d = write_report_artifacts(report, Path(tmp), title=f"{command} {report.split}", sections=sections)
+        if extra is not None:
+            extra(d)
+        book.log_artifacts(run, d)
+    book.finish(run)
+    return run
+
+
 def write_report_artifacts(report, directory: Path, *, title: str, sections: Iterable[str] = ()) -> Path:
     """Per-fixture CSV, markdown report, predicted-vs-measured scatter and error-by-group bars."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -531,7 +555,7 @@ def _plot_scatter(table, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     variants = list(dict.fromkeys(table["variant"]))
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 4.2), squeeze=False)
@@ -546,13 +570,30 @@ def _plot_scatter(table, path: Path) -> None:
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
                title=f"{v} (MAPE {d['throughput_error_pct'].abs().mean():.1f}%)",
                xlabel="measured microbatches/s", ylabel="predicted microbatches/s")
-        for axis in (ax.xaxis, ax.yaxis):  # log axes label minor ticks by default; they overlap
-            axis.set_major_formatter(ScalarFormatter())
+        ticks = log_ticks(lo, hi)
+        for axis in (ax.xaxis, ax.yaxis):  # matplotlib labels a narrow log range with one tick, or with overlaps
+            axis.set_major_locator(FixedLocator(ticks))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             axis.set_minor_formatter(NullFormatter())
         ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def log_ticks(lo: float, hi: float, most: int = 8) -> list[float]:
+    """Ticks for a log axis from lo to hi, at least three labelled: per decade 1-2-5 or 1 to 9 (the
+    densest with at most `most` ticks), else, for a range narrower than that, evenly spaced round values."""
+    import math
+
+    from matplotlib.ticker import MaxNLocator
+
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    for mantissas in (tuple(range(1, 10)), (1, 2, 5), (1,)):
+        ticks = [t for t in (round(m * 10.0 ** e, 12) for e in decades for m in mantissas) if lo <= t <= hi]
+        if 3 <= len(ticks) <= most or (mantissas == (1,) and len(ticks) > most):
+            return ticks
+    return [float(t) for t in MaxNLocator(nbins=5).tick_values(lo, hi) if lo <= t <= hi]
 
 
 def _plot_groups(groups: Mapping, variants: Iterable[str], path: Path) -> None:

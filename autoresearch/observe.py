@@ -10,8 +10,6 @@ summed |predicted - measured| ms per iteration, so they add up to 100%.
 from __future__ import annotations
 
 import math
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 
@@ -109,15 +107,6 @@ def observe(split: str = "train", *, root=None, variant: str = "link_calibrated"
 
 
 def _log(report, contrib: pd.DataFrame, text: str, split: str, variant: str) -> None:
-    book = ledger.Ledger()
-    it = book.open_iteration()
-    run = book.start_run(ledger.CALIBRATION, "observe", run_type="observe",
-                         params=ledger.provenance(split, [variant]),
-                         tags=ledger.iteration_tags(it) if it else {})
-    book.log(run, metrics={**ledger.aggregate_metrics(report.aggregates()), **ledger.group_metrics(report.groups())})
-    with tempfile.TemporaryDirectory() as tmp:
-        d = ledger.write_report_artifacts(report, Path(tmp), title=f"observe {split}",
-                                          sections=["## Ranked contributors", "", "```", text, "```"])
-        contrib.to_csv(d / "contributors.csv", index=False)
-        book.log_artifacts(run, d)
-    book.finish(run)
+    ledger.log_evaluation(report, "observe",
+                          sections=["## Ranked contributors", "", "```", text, "```"],
+                          extra=lambda d: contrib.to_csv(d / "contributors.csv", index=False))

@@ -17,7 +17,6 @@ same trial); workers on several machines share a study by passing the same
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import yaml
 
 from hops.errors import HopsError
 from hops.hardware import Catalog
+from hops.tracking import redact  # storage URLs may carry a password; it must not reach the ledger
 from hops.traces.guard import check_split
 
 from . import ledger, state
@@ -126,11 +126,6 @@ def select(space: str, only=None, path: Path | None = None) -> tuple[dict, list[
     return weights, params
 
 
-def redact(url: str) -> str:
-    """Storage URLs may carry a password; it must not end up in the ledger."""
-    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
-
-
 def default_storage() -> str:
     (state.repo_root() / "mlruns").mkdir(exist_ok=True)
     return f"sqlite:///{state.repo_root() / 'mlruns' / 'optuna.db'}"
@@ -150,8 +145,11 @@ class SearchResult:
 
 def run_search(space: str, trials: int, *, storage: str | None = None, study_name: str | None = None,
                root=None, jobs: int = 1, seed: int | None = None, only=None, split: str = FIT_SPLIT,
-               allowlist: Path | None = None, workers: int = 1) -> SearchResult:
-    """Run `trials` trials in each of `workers` processes on one study (Optuna's shared-storage mode)."""
+               allowlist: Path | None = None, workers: int = 1, progress: bool = False) -> SearchResult:
+    """Run `trials` trials in each of `workers` processes on one study (Optuna's shared-storage mode).
+
+    `progress`: count finished trials on stderr (hops.progress; the CLI asks when stderr is a terminal).
+    """
     check_split(split)
     if split != FIT_SPLIT:
         raise SearchError(f"search fits constants on {FIT_SPLIT!r} only (diagnostic is sanity-only, never for "
@@ -189,19 +187,25 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
                                 tags=_open_tags(book))
         study.set_user_attr("mlflow_run_id", parent)
 
-    if workers == 1:
-        _optimize(study, book, parent, params, weights, root, jobs, split, trials)
-    else:
-        # The study and its parent run exist now, so workers only load them: no creation race.
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    from hops.progress import Progress
 
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_worker, space, trials, storage, study_name, root, jobs,
-                                   None if seed is None else seed + i, only, split, allowlist, parent)
-                       for i in range(workers)]
-            for future in futures:
-                future.result()
+    with Progress(total=trials * workers, desc=f"search {space}", unit="trial", enabled=progress) as bar:
+        if workers == 1:
+            _optimize(study, book, parent, params, weights, root, jobs, split, trials, bar)
+        else:
+            # The study and its parent run exist now, so workers only load them: no creation race.
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, wait
+
+            before = len(_finished(study))  # the workers' trials are counted in the shared storage
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = [pool.submit(_worker, space, trials, storage, study_name, root, jobs,
+                                       None if seed is None else seed + i, only, split, allowlist, parent)
+                           for i in range(workers)]
+                while bar.enabled and wait(futures, timeout=2.0).not_done:
+                    bar.set_count(len(_finished(study)) - before)
+                for future in futures:
+                    future.result()
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     best = _summary(study.best_trial) if done else None
     base = next((t for t in done if t.user_attrs.get("baseline")), None)
@@ -240,7 +244,13 @@ def _worker(space, trials, storage, study_name, root, jobs, seed, only, split, a
     _optimize(study, ledger.Ledger(), parent, params, weights, root, jobs, split, trials)
 
 
-def _optimize(study, book, parent, params, weights, root, jobs, split, trials) -> None:
+def _finished(study) -> list:
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED))
+
+
+def _optimize(study, book, parent, params, weights, root, jobs, split, trials, progress=None) -> None:
     from .validate import FixtureEvaluationError, validate
 
     def objective(trial):
@@ -263,7 +273,13 @@ def _optimize(study, book, parent, params, weights, root, jobs, split, trials) -
         book.finish(run)
         return value if math.isfinite(value) else float("inf")
 
-    study.optimize(objective, n_trials=trials, catch=(HopsError,))
+    def counted(study, trial) -> None:  # an Optuna callback: once per finished trial
+        if progress is not None:
+            if trial.value is not None:
+                progress.note(f"trial {trial.number}: {trial.value:.3f}, best {study.best_value:.3f}")
+            progress.update()
+
+    study.optimize(objective, n_trials=trials, catch=(HopsError,), callbacks=[counted])
 
 
 def _open_tags(book) -> dict:

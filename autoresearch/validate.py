@@ -226,11 +226,10 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
     catalog = _catalog(overrides)  # a bad --set path fails here, before any work
     fixtures = list_fixtures(resolve_root(root), split, list(ids) if ids is not None else None, token=token)
     keys = [trace_key(f) for f in fixtures]
-    from tqdm import tqdm
+    from hops.progress import Progress
 
     # on stderr, only when asked (the CLI asks when a human watches) and only past 2 s
-    bar = tqdm(total=len(fixtures), desc=f"validate {split}", unit="fixture", disable=not progress, delay=2.0,
-               leave=False)
+    bar = Progress(total=len(fixtures), desc=f"validate {split}", unit="fixture", enabled=progress)
     results: dict[int, list[dict]] = {}
 
     def collect(i: int, rows: list[dict], measured: Measured) -> None:
@@ -238,7 +237,7 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
         if len(_MEMO) >= _MEMO_LIMIT:
             _MEMO.pop(next(iter(_MEMO)))
         _MEMO[keys[i]] = measured
-        bar.set_postfix_str(fixtures[i].id, refresh=False)
+        bar.note(fixtures[i].id)
         bar.update()
 
     args = (names, overrides, seed, cache_dir, token)

@@ -15,6 +15,14 @@ overrides applied; YAML comments and formatting never reach them). A comment
 edit therefore cannot buy a second test-split checkpoint, while any change to
 code or a constant gives a new fingerprint. The code part is cached per
 process and re-read only when a file's size or mtime changes.
+
+Parsing and dumping the ASTs of the model's ~40 files took ~0.5 s, paid by every
+process (every CLI run, every sweep job) for a value that changes only with the code.
+So the code part is also cached on disk (`code_cache_dir()`), keyed on the files' exact
+bytes: a key is the sha256 of every file's name and sha256, ~1 ms to compute for all
+of them; any byte changed is a different key and the ASTs are parsed again. The cached
+value is the same hash the parse gives (tests/test_provenance.py checks both ways); an
+unreadable or unwritable cache only means parsing again.
 """
 from __future__ import annotations
 
@@ -58,9 +66,9 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def code_digest(path: Path) -> bytes:
+def code_digest(path: Path, text: bytes | None = None) -> bytes:
     """What the interpreter runs: the AST without docstrings for .py (comments are not in it), bytes otherwise."""
-    text = path.read_bytes()
+    text = path.read_bytes() if text is None else text
     if path.suffix == ".py":
         try:
             return ast.dump(_strip_docstrings(ast.parse(text, filename=str(path)))).encode()
@@ -71,10 +79,51 @@ def code_digest(path: Path) -> bytes:
 
 @lru_cache(maxsize=8)
 def _code_hash(root: Path, stamp: tuple) -> str:
+    files = [(rel, (root / rel).read_bytes()) for rel, *_ in stamp]
+    key = hashlib.sha256(b"".join(rel.encode() + b"\0" + hashlib.sha256(text).digest() for rel, text in files))
+    cache = code_cache_dir() / f"{key.hexdigest()}.txt" if code_cache_dir() else None
+    try:
+        cached = cache.read_text() if cache else ""
+    except OSError:
+        cached = ""
+    if len(cached) == 64:
+        return cached
     h = hashlib.sha256()
-    for rel, *_ in stamp:
-        h.update(rel.encode() + b"\0" + code_digest(root / rel) + b"\0")
-    return h.hexdigest()
+    for rel, text in files:
+        h.update(rel.encode() + b"\0" + code_digest(root / rel, text) + b"\0")
+    value = h.hexdigest()
+    if cache is not None:
+        try:  # written whole under a temporary name, then renamed: a reader never sees half a value
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+            tmp.write_text(value)
+            os.replace(tmp, cache)
+            _prune(cache.parent)
+        except OSError:
+            pass
+    return value
+
+
+CACHE_KEEP = 256  # tree states remembered (64 bytes each); the oldest go first
+
+
+def _prune(directory: Path) -> None:
+    entries = sorted(directory.glob("*.txt"), key=lambda p: p.stat().st_mtime_ns)
+    for old in entries[:-CACHE_KEEP]:
+        old.unlink(missing_ok=True)
+
+
+CACHE_ENV = "HOPS_CACHE_DIR"
+
+
+def code_cache_dir() -> Path | None:
+    """Where code fingerprints are cached: $HOPS_CACHE_DIR, else $XDG_CACHE_HOME/hops, else ~/.cache/hops
+    (subdirectory `fingerprints`); HOPS_CACHE_DIR set to an empty string turns the cache off."""
+    env = os.environ.get(CACHE_ENV)
+    if env is not None:
+        return Path(env) / "fingerprints" if env else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hops" / "fingerprints"
 
 
 _PY_FILES: dict[Path, tuple[tuple, list[tuple[str, str]]]] = {}

@@ -26,6 +26,7 @@ from typing import Any
 
 from .errors import HopsError
 from .outputs import schedule_text
+from .progress import Progress
 
 
 def _conf_dir() -> Path:
@@ -63,7 +64,8 @@ def task(cfg) -> float:
     # A summary.json left by an earlier run into this directory would make this one look
     # complete if it is interrupted: summary.json is written last, and only by this run.
     (run_dir / SUMMARY).unlink(missing_ok=True)
-    bar = _steps(multirun)
+    # Sweep jobs run side by side and print one line each: the sweep's own line counts them.
+    progress = Progress(enabled=False if multirun else None, bar_format="{desc}[{elapsed}]")
     try:
         doc, name = scenario_document(cfg, hc)
         catalog = load_catalog(cfg)
@@ -73,18 +75,17 @@ def task(cfg) -> float:
         from . import simulate
         from .scenario import LegacyScenarioWarning
 
-        bar.set_description(f"hops: simulating {_size(doc)}")
+        progress.phase(f"hops: simulating {_size(doc)}")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LegacyScenarioWarning)
             result = simulate(doc, catalog=catalog)
         for w in caught:  # legacy-field notes: one line each (docs/legacy_scenarios.md)
             if issubclass(w.category, LegacyScenarioWarning):
-                print(f"note: {w.message}", file=sys.stderr)
+                progress.write(f"note: {w.message}")
             else:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-        bar.update()
     except HopsError as exc:
-        bar.close()
+        progress.close()
         src = cfg.get("scenario_file")
         if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
             exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
@@ -100,16 +101,20 @@ def task(cfg) -> float:
         # Single run: exit here, before Hydra adds its own "Error executing job" line.
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
+    except BaseException:
+        progress.close()
+        raise
     (run_dir / ERROR_FILE).unlink(missing_ok=True)
     sm = result.summary
     sm["provenance"].update(scenario=name.removesuffix(" (default)"),
                             scenario_file=_scenario_file(cfg))
     title = (f"{name} · {schedule_text(sm)} · {sm['throughput']['samples_per_s']:.2f} samples/s · "
              f"bubble {100 * sm['bubble_ratio']:.1f} %")
-    paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg), bar=bar)
-    bar.close()
+    with progress:  # erased before the summary prints
+        paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg),
+                              progress=progress)
     text = job_line(result.summary, hc, run_dir) if multirun else format_summary(result, name, paths)
-    _emit(text)
+    _emit(text, over_progress=multirun)
     _to_job_log(text)
     return float(result.summary["throughput"]["samples_per_s"])
 
@@ -126,18 +131,6 @@ def _size(doc: dict) -> str:
     sim, pipe = doc.get("simulation") or {}, doc.get("pipeline") or {}
     return (f"{len(pipe.get('stages') or [])} stages x {sim.get('microbatches', '?')} microbatches x "
             f"{sim.get('batches', 1)} iterations")
-
-
-def _steps(multirun: bool):
-    """Progress over the run's steps (simulate, each output), shown only if the run takes > 2 s.
-
-    Sweep jobs run side by side and print one line each, so they get no bar; neither does
-    a stderr that is not a terminal (logs, CI).
-    """
-    from tqdm import tqdm
-
-    return tqdm(total=6, delay=2.0, disable=multirun or not sys.stderr.isatty(), leave=False, unit="step",
-                bar_format="{desc} [{elapsed}] {n}/{total} steps")
 
 
 def _to_job_log(text: str) -> None:
@@ -168,9 +161,7 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
         path = Path(to_absolute_path(str(cfg.scenario_file)))
         if not path.is_file():
             raise ScenarioError("scenario_file", f"file not found: {path}")
-        data, _ = load_document(path)
-        if not isinstance(data, dict):
-            raise ScenarioError("scenario_file", f"{path}: expected a mapping of scenario sections")
+        data, _ = load_document(path)  # a top level that is not a mapping is refused there, naming the file
         stages = data["pipeline"].get("stages") if isinstance(data.get("pipeline"), dict) else None
         if isinstance(stages, list) and len(stages) > MAX_STAGES:  # before OmegaConf copies it (~1 ms per stage)
             raise ScenarioError("pipeline.stages", f"{len(stages)} stages; the engine runs at most {MAX_STAGES}",
@@ -248,51 +239,48 @@ def load_catalog(cfg):
 
 
 def write_outputs(result, run_dir: Path, title: str | None = None,
-                  catalog_overrides: dict | None = None, bar=None) -> dict[str, Path]:
+                  catalog_overrides: dict | None = None, progress: Progress | None = None) -> dict[str, Path]:
     """Every output of a run, each renamed into place once complete, summary.json last.
 
     A directory without summary.json is an interrupted (or failed) run, never a complete one.
+    `progress` is told which file is being written (of how many).
     """
     from . import outputs
 
-    def step(what: str) -> None:
-        if bar is not None:
-            bar.set_description(f"hops: writing {what}")
-            bar.update()
-
     run_dir.mkdir(parents=True, exist_ok=True)
     out = result.scenario.output
-    paths: dict[str, Path] = {"summary": run_dir / outputs.SUMMARY}  # listed first, written last
+    tl = result.timeline
+    plan: list[tuple[str, str, Any]] = []  # (key in paths, file, writer: path -> None, or the text itself)
     if out.get("events", True):
-        step("events.csv")
-        paths["events"] = outputs.write_with(run_dir / "events.csv",
-                                             lambda p: outputs.write_events_csv(result.timeline, p))
+        plan.append(("events", "events.csv", lambda p: outputs.write_events_csv(tl, p)))
     # exactly what ran: re-run with scenario_file=<this>
-    paths["scenario"] = outputs.write_text(run_dir / "scenario.yaml",
-                                           _scenario_yaml(result.scenario.raw, catalog_overrides))
+    plan.append(("scenario", "scenario.yaml", _scenario_yaml(result.scenario.raw, catalog_overrides)))
     if out.get("plots", True):
-        from .plots import plot_dashboard, plot_timeline
+        from .plots import plot_dashboard, plot_timeline  # cheap: matplotlib loads when one draws
 
-        step("timeline.png")
-        paths["timeline"] = outputs.write_with(run_dir / "timeline.png",
-                                               lambda p: plot_timeline(result.timeline, p, title=title))
-        step("dashboard.png")
-        paths["dashboard"] = outputs.write_with(
-            run_dir / "dashboard.png", lambda p: plot_dashboard(result.summary, result.timeline, p))  # names scenario + schedule
+        plan.append(("timeline", "timeline.png", lambda p: plot_timeline(tl, p, title=title)))
+        plan.append(("dashboard", "dashboard.png",  # names scenario + schedule
+                     lambda p: plot_dashboard(result.summary, tl, p)))
         if result.extras.get("horizon") is not None:
             from .plots.progress import plot_progress
 
-            paths["progress"] = outputs.write_with(
-                run_dir / "progress.png", lambda p: plot_progress(result.extras["horizon"], p, title=title))
+            plan.append(("progress", "progress.png", lambda p: plot_progress(result.extras["horizon"], p, title=title)))
     if out.get("chrome_trace", True):
+        gz = bool(out.get("chrome_trace_gz", False))
+
         from .chrome_trace import write_chrome_trace
 
-        gz = bool(out.get("chrome_trace_gz", False))
-        name = "trace.json.gz" if gz else "trace.json"
-        step(name)
-        paths["trace"] = outputs.write_with(run_dir / name, lambda p: write_chrome_trace(result.timeline, p,
-                                                                                        compress=gz))
-    step("summary.json")
+        plan.append(("trace", "trace.json.gz" if gz else "trace.json",
+                     lambda p: write_chrome_trace(tl, p, compress=gz)))
+    paths: dict[str, Path] = {"summary": run_dir / outputs.SUMMARY}  # listed first, written last
+    total = len(plan) + 1
+    for i, (key, name, writer) in enumerate(plan, 1):
+        if progress is not None:
+            progress.phase(f"hops: writing {name} ({i} of {total} files, {len(tl):,} events)")
+        paths[key] = (outputs.write_text(run_dir / name, writer) if isinstance(writer, str)
+                      else outputs.write_with(run_dir / name, writer))
+    if progress is not None:
+        progress.phase(f"hops: writing summary.json ({total} of {total} files)")
     paths["summary"] = result.write_summary(run_dir)
     for key, rel in (out.get("paths") or {}).items():  # output.paths (legacy output.timeline, ...)
         if key in paths:
@@ -319,8 +307,18 @@ def _scenario_yaml(doc: dict, catalog_overrides: dict | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- printing
-def _emit(text: str) -> None:
-    """Print to stdout; a closed pipe (`python -m hops.run | head`) is not an error."""
+ERASE_LINE = "\r\x1b[K"  # carriage return + ANSI "erase to end of line"
+
+
+def _emit(text: str, *, over_progress: bool = False) -> None:
+    """Print to stdout; a closed pipe (`python -m hops.run | head`) is not an error.
+
+    `over_progress`: a sweep job's line, printed while the launching process may be drawing
+    its progress line on the same terminal; on a terminal the line is erased first, so the
+    job's line starts at the left margin (the progress line is redrawn under it).
+    """
+    if over_progress and sys.stdout.isatty():
+        text = ERASE_LINE + text
     try:
         print(text, flush=True)
     except BrokenPipeError:

@@ -26,6 +26,7 @@ import yaml
 
 from .run import dotted_items
 from .sweep import _job_num, headline, job_dirs
+from .tracking import TrackingServerError
 
 try:  # the callback base class (Hydra is there whenever this callback is configured)
     from hydra.experimental.callback import Callback
@@ -64,6 +65,9 @@ class MlflowRuns(Callback):
         # must not pass silently, so main() turns this into one error line and exit code 2.
         try:
             what = log()
+        except TrackingServerError as exc:  # says which server and what to do
+            FAILED.append(f"output.mlflow: {exc}")
+            return
         except Exception as exc:  # noqa: BLE001 - any failure of the tracking store
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             FAILED.append(f"output.mlflow: could not log to {redacted_uri()}: {first}")
@@ -119,13 +123,17 @@ def tracking_uri() -> str:
 
 
 def redacted_uri() -> str:
-    import re
+    from .tracking import redact
 
-    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", tracking_uri())
+    return redact(tracking_uri())
 
 
 def _client():
     import logging
+
+    from .tracking import check_reachable
+
+    check_reachable(tracking_uri())  # before MLflow's minutes of retries against a server that is not there
 
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.store.db"):
         logging.getLogger(name).setLevel(logging.WARNING)

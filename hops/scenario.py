@@ -129,14 +129,24 @@ def load_document(source: Any) -> tuple[dict, str | None]:
         if not path.is_file():
             raise ScenarioError("scenario", f"file not found: {path}")
         data = read_yaml_file(path)
+        if data is not None and not isinstance(data, Mapping):
+            raise ScenarioError("scenario", f"the file's top level is {_kind(data)}; expected a mapping of scenario "
+                                            f"sections (simulation, pipeline, hardware, ...)", str(path))
         return (data if data is not None else {}), str(path)
     if type(source).__module__.startswith("omegaconf"):  # checked by name: the core never imports omegaconf
         from omegaconf import OmegaConf
 
-        return OmegaConf.to_container(source, resolve=True), None
+        data = OmegaConf.to_container(source, resolve=True)
+        if not isinstance(data, Mapping):
+            raise ScenarioError("scenario", f"the config is {_kind(data)}; expected a mapping of scenario sections")
+        return data, None
     if isinstance(source, Mapping):
         return dict(source), None
     raise ScenarioError("scenario", f"expected a path, dict or OmegaConf config, got {type(source).__name__}")
+
+
+def _kind(value: Any) -> str:
+    return "a list" if isinstance(value, list) else f"a single value ({type(value).__name__} {value!r:.40})"
 
 
 class LegacyScenarioWarning(UserWarning):

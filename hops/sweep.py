@@ -11,7 +11,8 @@ sweep where some jobs failed, or one that was killed) with:
 A job's status is `ok` only if its summary.json exists: hops.run writes it last (hops.outputs).
 A job directory without one is `interrupted`, and so is a job of the sweep's job list
 (multirun.yaml) that never got a directory; both make the sweep exit with code 2.
-While a sweep runs, a progress bar counts finished jobs (when it takes more than 2 s).
+While a sweep runs on a terminal, a progress line on stderr counts finished jobs (hops.progress:
+shown past 2 s, erased before the sweep table's line is printed).
 
 Importing this module is cheap (Hydra instantiates callbacks on every run); pandas is
 imported only when a table is written.
@@ -46,22 +47,32 @@ FAILED_SWEEPS: list[str] = []  # messages for sweeps (in this process) with fail
 
 
 class SweepTable(Callback):
-    """Hydra callback: write <sweep dir>/<filename> when a multirun ends."""
+    """Hydra callback: write <sweep dir>/<filename> when a multirun ends.
+
+    Launchers pickle the callbacks to send them to the jobs (joblib, submitit, Ray), so the
+    progress line of the launching process lives outside the pickled state.
+    """
 
     def __init__(self, filename: str = "sweep_results.csv") -> None:
         self.filename = filename
         self._started: float | None = None
-        self._progress: _Progress | None = None
+        self._progress: JobsDone | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_progress": None}
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
         self._started = time.time()
-        if sys.stderr.isatty():
-            self._progress = _Progress(Path(str(config.hydra.sweep.dir)), self._started,
-                                       _job_list(config.hydra))
+        from .progress import Progress
+
+        jobs = _job_list(config.hydra)
+        self._progress = JobsDone(Path(str(config.hydra.sweep.dir)), self._started,
+                                  Progress(total=len(jobs) if jobs is not None else None, desc="sweep", unit="job"))
 
     def on_multirun_end(self, config, **kwargs: Any) -> None:
         if self._progress is not None:
             self._progress.stop()
+            self._progress = None
         sweep_dir = Path(str(config.hydra.sweep.dir))
         path = write_sweep_table(sweep_dir, self.filename, since=self._started)
         if path is None:
@@ -76,33 +87,33 @@ class SweepTable(Callback):
                                  f"{status.removeprefix('error: ')}")
 
 
-class _Progress:
-    """A tqdm bar of finished jobs, counted on disk (any launcher), updated by a thread."""
+class JobsDone:
+    """Finished jobs of a running sweep, counted on disk (so under any launcher) by a thread."""
 
-    def __init__(self, sweep_dir: Path, since: float, jobs: list | None):
+    POLL_S = 0.5
+
+    def __init__(self, sweep_dir: Path, since: float, progress) -> None:
         import threading
 
-        from tqdm import tqdm
-
-        self.sweep_dir, self.since = sweep_dir, since
-        self.bar = tqdm(total=len(jobs) if jobs is not None else None, desc="sweep", unit="job", delay=2.0,
-                        leave=False)
+        self.sweep_dir, self.since, self.progress = sweep_dir, since, progress
         self.done = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
+        self.thread = threading.Thread(target=self._poll, name="hops-sweep-progress", daemon=True)
+        if progress.enabled:  # off a terminal there is nothing to count for
+            self.thread.start()
 
-    def _finished(self) -> int:
+    def finished(self) -> int:
         return sum(1 for d in job_dirs(self.sweep_dir, self.since)
                    if (d / "summary.json").is_file() or (d / "error.txt").is_file())
 
     def _poll(self) -> None:
-        while not self.done.wait(0.5):
-            self.bar.update(self._finished() - self.bar.n)
+        while not self.done.wait(self.POLL_S):
+            self.progress.set_count(self.finished())
 
     def stop(self) -> None:
         self.done.set()
-        self.thread.join()
-        self.bar.close()
+        if self.thread.is_alive():
+            self.thread.join()
+        self.progress.close()
 
 
 def _job_list(hydra_cfg) -> list[list[str]] | None:

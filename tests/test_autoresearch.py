@@ -307,7 +307,59 @@ def test_search_refuses_anything_not_allowlisted_and_nests_trials(env, state, ca
     assert Catalog.load().as_dict() == read_golden()["catalog"], "search must not write presets"
 
 
+def test_search_counts_finished_trials_on_stderr(env, state, capsys, tmp_path, monkeypatch):
+    import hops.progress
+    from autoresearch.search import run_search
+
+    monkeypatch.setattr(hops.progress, "DELAY_S", 0.0)  # shown at once (2 s on a terminal) ...
+    monkeypatch.setattr(hops.progress, "MIN_INTERVAL_S", 0.0)  # ... at every trial, however fast
+    result = run_search("compute", 2, storage=f"sqlite:///{tmp_path / 'optuna.db'}", only=[COEF], seed=5,
+                        progress=True)
+    err = capsys.readouterr().err
+    assert result.n_trials == 2
+    assert "search compute:" in err and "2/2" in err and "trial 1: " in err  # per trial, with its objective
+    assert err.endswith("\r")  # erased at the end: what is printed next starts on a clean line
+
+
 # --------------------------------------------------------------------------- ledger contents
+def test_validate_logs_a_run_like_the_other_commands(env, state, capsys):
+    book = ledger.Ledger()
+    before = {r.info.run_id for r in book.runs(ledger.CALIBRATION, "tags.run_type = 'validate'")}
+    code, out, err = run(capsys, "validate", "--split", "train", "--set", f"{COEF}=1.3")
+    assert code == 0, err
+    assert "link_calibrated" in out
+    (new,) = [r for r in book.runs(ledger.CALIBRATION, "tags.run_type = 'validate'") if r.info.run_id not in before]
+    assert new.info.status == "FINISHED" and new.info.run_name == "validate"
+    assert PROVENANCE <= set(new.data.params) and new.data.params["overrides"] == f"{COEF}=1.3"
+    assert new.data.params["split"] == "train" and new.data.params["variants"] == "spec,link_calibrated,replay"
+    for key in ("spec.mape", "link_calibrated.mape", "link_calibrated.bubble_mae_pp", "replay.mape"):
+        assert key in new.data.metrics, key
+    assert {"fixtures.csv", "report.md", "scatter.png", "groups.png"} <= \
+        {a.path for a in book.client.list_artifacts(new.info.run_id)}
+
+
+def test_an_unreachable_tracking_server_is_one_line_within_seconds(env, state, tmp_path):
+    """MLflow alone retries a refused connection for about 4 minutes, then shows a traceback."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    env_ = {**os.environ, "MLFLOW_TRACKING_URI": f"http://hops:secret@127.0.0.1:{port}"}
+    env_.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
+    for argv in (["propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e"],
+                 ["validate", "--split", "train", "--fixture", TRAIN[0]]):
+        proc = subprocess.run([sys.executable, "-m", "autoresearch", *argv], cwd=REPO, env=env_, capture_output=True,
+                              text=True, timeout=90)  # MLflow's own retries would take minutes
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        assert f"MLflow tracking server http://hops:***@127.0.0.1:{port} does not answer" in lines[0]
+        assert "secret" not in proc.stderr
+
+
 def test_runs_carry_the_documented_params_metrics_tags_and_artifacts(env, state, capsys):
     assert run(capsys, "propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e",
                "--title", "host NIC caps")[0] == 0

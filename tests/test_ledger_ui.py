@@ -84,3 +84,26 @@ def test_dressing_keeps_an_unchanged_view_and_upgrades_an_old_one(tmp_path):
     upgraded = book.client.get_experiment(eid).tags[ledger.VIEW_TAG]
     assert upgraded != legacy and _ui_view(upgraded)["selectedColumns"] == _ui_view(first[ledger.VIEW_TAG])[
         "selectedColumns"]
+
+
+def test_the_calibration_scatter_labels_at_least_three_ticks_per_axis(monkeypatch, tmp_path):
+    """Both axes are log scale; over a narrow range matplotlib would label one tick (or none)."""
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    seen = []
+    orig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (seen.append(self), orig(self, *a, **k))[1])
+    for measured, predicted in (([2.2, 2.9, 3.4], [2.4, 3.0, 3.3]),  # within one decade: was one label
+                                ([0.6, 3.0, 11.0], [0.7, 2.5, 12.0]),
+                                ([0.05, 40.0, 900.0], [0.06, 35.0, 800.0])):
+        table = pd.DataFrame({"variant": ["spec"] * 3, "measured_throughput_per_s": measured,
+                              "predicted_throughput_per_s": predicted, "throughput_error_pct": [1.0, 2.0, 3.0]})
+        ledger._plot_scatter(table, tmp_path / "scatter.png")
+        ax = seen[-1].axes[0]
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            ticks = [t for t in axis.get_majorticklocs() if lo <= t <= hi]
+            labels = [axis.get_major_formatter()(t) for t in ticks]
+            assert 3 <= len(ticks) <= 8 and all(labels) and len(set(labels)) == len(labels), (measured, labels)
+            assert ticks == sorted(ticks)
+

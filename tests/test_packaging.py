@@ -56,7 +56,7 @@ def wheel_env(tmp_path_factory):
                               timeout=300)
 
     return {"venv": venv, "py": str(py), "hops": str(venv / "bin" / "hops"), "run": run, "work": work,
-            "purelib": Path(purelib)}
+            "purelib": Path(purelib), "env": env}
 
 
 def test_the_wheel_is_what_runs(wheel_env):
@@ -80,6 +80,20 @@ def test_hops_runs_a_named_scenario_from_the_wheel(wheel_env):
     assert summary["provenance"]["scenario"] == "h100_pair"
     assert summary["provenance"]["hops_version"] and summary["provenance"]["git_commit"] is None
     assert "HOPS h100_pair" in (out / "run.log").read_text()
+
+
+def test_a_multirun_of_the_wheels_hops_on_a_terminal(wheel_env):
+    """As a user types it: `hops -m ...` at a shell (the launcher pickles the sweep's callbacks)."""
+    import csv
+
+    from terminal import on_terminal
+
+    sweep = wheel_env["work"] / "sweep"
+    code, out = on_terminal([wheel_env["hops"], "-m", "simulation.seed=1,2", "output.plots=false",
+                             f"hydra.sweep.dir={sweep}"], env=wheel_env["env"], cwd=wheel_env["work"])
+    assert code == 0 and "Traceback" not in out, out[-3000:]
+    with open(sweep / "sweep_results.csv", newline="") as fh:
+        assert [(r["simulation.seed"], r["status"]) for r in csv.DictReader(fh)] == [("1", "ok"), ("2", "ok")]
 
 
 def test_hydra_shell_completion_works_on_the_console_script(wheel_env):

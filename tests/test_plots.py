@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,8 @@ import pytest
 from hops.chrome_trace import stage_track_name, write_chrome_trace
 from hops.metrics import summarize
 from hops.timeline import Timeline
+
+REPO = Path(__file__).resolve().parents[1]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 COLUMNS = ("kind", "stage", "device", "microbatch", "phase", "start_ms", "end_ms", "src", "dst", "iteration")
@@ -292,6 +296,21 @@ def test_importing_plots_does_not_import_matplotlib():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
+def test_plots_and_chrome_trace_are_there_after_import_hops_and_loaded_only_when_used(tmp_path):
+    """README's "Using the library directly": hops.plots.plot_timeline(...) right after `import hops`."""
+    code = ("import sys, hops; "
+            "assert 'hops.plots' not in sys.modules and 'hops.chrome_trace' not in sys.modules; "
+            "r = hops.simulate('conf/scenario/h100_pair.yaml'); "
+            f"hops.plots.plot_timeline(r.timeline, {str(tmp_path / 't.png')!r}); "
+            f"hops.chrome_trace.write_chrome_trace(r.timeline, {str(tmp_path / 'trace.json')!r}); "
+            "assert 'plots' in dir(hops) and 'chrome_trace' in dir(hops)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr
+    assert_png(tmp_path / "t.png")
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+
+
 # ---------------------------------------------------------------- dashboard contents
 def drawn_figure(monkeypatch, summary, tl, tmp_path, **kw):
     """Render the dashboard and return the matplotlib Figure it saved."""
@@ -320,6 +339,15 @@ def test_dashboard_title_names_scenario_and_schedule(monkeypatch, tmp_path):
     s["provenance"] = {"scenario": None, "scenario_file": "/data/exp2_run97/hops.base.yaml"}
     fig = drawn_figure(monkeypatch, s, tl, tmp_path)
     assert fig.texts[0].get_text().startswith("HOPS exp2_run97 · hops_hetero (chose 1f1b)")
+
+
+@pytest.mark.parametrize("stages, microbatches", [(2, 3), (3, 6), (8, 64)])
+def test_the_latency_histogram_counts_in_whole_microbatches(monkeypatch, tmp_path, stages, microbatches):
+    tl = gpipe_timeline(stages, microbatches)
+    fig = drawn_figure(monkeypatch, full_summary(tl), tl, tmp_path)
+    (hist,) = [ax for ax in fig.axes if ax.get_xlabel().startswith("microbatch latency")]
+    ticks = [t for t in hist.get_yticks() if hist.get_ylim()[0] <= t <= hist.get_ylim()[1]]
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
 
 
 def test_link_contention_panels_dropped_when_nothing_waited(monkeypatch, tmp_path):

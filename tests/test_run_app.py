@@ -372,6 +372,16 @@ def test_readme_scheduler_plugin_example_works(tmp_path):
     assert summary["schedule"] == f"{module}.{cls}"
 
 
+def test_ci_runs_the_readme_test_command_verbatim_and_installs_nothing_else_from_pypi():
+    """A newcomer's test run and CI's are the same run: .ci/run adds no pip install of its own."""
+    command = re.search(r"^(pip install .*python -m pytest)$", README.read_text(), flags=re.M).group(1)
+    assert '".[dev,servers,ray]"' in command  # everything the tests use, so nothing is skipped
+    ci = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines()
+          if ln.strip() and not ln.strip().startswith("#")]
+    assert command in ci
+    assert [ln for ln in ci if "pip install" in ln] == [command]
+
+
 def test_readme_has_one_test_command_and_the_gallery_image():
     text = README.read_text()
     assert text.count('HOPS_FIXTURES=../shared/fixtures python -m pytest') == 1

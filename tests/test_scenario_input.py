@@ -295,6 +295,20 @@ def test_an_alias_bomb_is_refused_by_the_api_and_the_cli(tmp_path):
     one_line_exit_2(proc, "aliases expand to more than")
 
 
+@pytest.mark.parametrize("text, kind", [("- simulation\n- pipeline\n", "a list"), ("42\n", "a single value"),
+                                        ("just words\n", "a single value")])
+def test_a_file_whose_top_level_is_not_a_mapping_is_the_projects_error_naming_the_file(tmp_path, text, kind):
+    f = tmp_path / "flat.yaml"
+    f.write_text(text)
+    for call in (hops.simulate, load_scenario):  # the library, as the CLI
+        with pytest.raises(hops.ScenarioError) as err:
+            call(str(f))
+        assert str(err.value).startswith(f"{f}: scenario: the file's top level is {kind}"), err.value
+        assert "expected a mapping of scenario sections" in str(err.value)
+    one_line_exit_2(cli("hops.run", f"scenario_file={f}", f"hydra.run.dir={tmp_path / 'run'}"),
+                    f"{f}: scenario: the file's top level is {kind}")
+
+
 def test_a_non_utf8_file_is_one_line(tmp_path):
     f = tmp_path / "latin1.yaml"
     f.write_bytes(yaml.safe_dump(pipeline(2, 2)).encode() + "# caf\u00e9\n".encode("latin-1"))

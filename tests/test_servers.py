@@ -1,8 +1,8 @@
 """Team scale on real engines: PostgreSQL, an MLflow tracking server, Optuna on PostgreSQL, a Ray cluster.
 
 Every service here is the real program, started on 127.0.0.1 by a fixture of this module
-from what the project installs (.ci/run: PostgreSQL from Debian, the `servers` and `ray`
-extras from PyPI) and stopped by the same fixture. Ray's servers bind every interface,
+from what the README's test command installs (the `servers` extra: psycopg and PostgreSQL
+itself, as the `pgserver` wheel's binaries; the `ray` extra) and stopped by the same fixture. Ray's servers bind every interface,
 so the Ray head runs in a network namespace of its own that holds only a loopback
 interface: it can listen on 127.0.0.1 and nowhere else. Locally a missing server
 program is a skip; in CI (CI=true) it is a failure, because a green run that skipped
@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 import arscratch
+from terminal import on_terminal
 
 pytestmark = pytest.mark.servers
 
@@ -45,7 +46,7 @@ COVERED = {"validate", "observe", "propose", "gate", "admit", "revert", "park", 
 def need(found, what: str):
     """`found`, or a skip (locally) / failure (CI) naming what is missing."""
     if not found:
-        msg = f"{what} is not installed (.ci/run installs it)"
+        msg = f"{what} is not installed (README's test command installs it)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(msg)
         pytest.skip(msg)
@@ -111,6 +112,14 @@ def read_csv(path: Path) -> list[dict]:
 
 # --------------------------------------------------------------------------- PostgreSQL
 def pg_bindir() -> Path | None:
+    """initdb / postgres: the `pgserver` wheel's (the `servers` extra installs it), else the system's."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pgserver")  # finds the package without running its __init__
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        bindir = Path(location) / "pginstall" / "bin"
+        if (bindir / "initdb").is_file():
+            return bindir
     found = shutil.which("initdb")
     if found:
         return Path(found).resolve().parent
@@ -118,19 +127,50 @@ def pg_bindir() -> Path | None:
     return versions[-1].parent if versions else None
 
 
+def server_user() -> dict:
+    """Popen arguments to run PostgreSQL as a user it accepts: it refuses to run as root."""
+    if os.geteuid() != 0:
+        return {}
+    for name in ("postgres", "nobody"):  # the distribution's server user, else the unprivileged one every system has
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+    pytest.fail("running as root, and neither a `postgres` nor a `nobody` user exists to run PostgreSQL as")
+
+
+def reachable_bindir(bindir: Path, base: Path) -> Path:
+    """The wheel's binaries where the server user can run them.
+
+    As root, the wheel sits under a home directory the server user may not enter (/root is
+    0700), so the package and its bundled libraries (pgserver.libs, reached through the
+    binaries' relative RPATH) are copied next to the data directory; elsewhere it runs in place.
+    """
+    if os.geteuid() != 0 or not (bindir.parent.parent.name == "pgserver"):
+        return bindir
+    site = bindir.parent.parent.parent
+    for name in ("pgserver", "pgserver.libs"):
+        if (site / name).is_dir():
+            shutil.copytree(site / name, base / name, symlinks=True)
+    return base / "pgserver" / "pginstall" / "bin"
+
+
 @pytest.fixture(scope="module")
 def postgres():
     """A throw-away PostgreSQL cluster on 127.0.0.1 (trust auth, user hops) with databases mlflow and optuna."""
-    bindir = need(pg_bindir(), "PostgreSQL (initdb/postgres; apt-get install postgresql)")
+    found = need(pg_bindir(), "PostgreSQL (the `pgserver` wheel: pip install -e '.[servers]')")
     psycopg = need_module("psycopg", "psycopg (pip install -e '.[servers]')")
-    data = Path(tempfile.mkdtemp(prefix="hops-pg-"))  # not under pytest's 0700 tmp: the server user must reach it
-    as_user: dict = {}
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the package's `postgres` user
-        pw = pwd.getpwnam("postgres")
-        os.chown(data, pw.pw_uid, pw.pw_gid)
-        as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-    log = data.parent / f"{data.name}.log"
+    base = Path(tempfile.mkdtemp(prefix="hops-pg-"))  # not under pytest's 0700 tmp: the server user must reach it
+    os.chmod(base, 0o755)
+    data = base / "data"
+    data.mkdir()
+    as_user = server_user()
+    if as_user:
+        os.chown(data, as_user["user"], as_user["group"])
+    log = base / "server.log"
     try:
+        bindir = reachable_bindir(found, base)
         subprocess.run([str(bindir / "initdb"), "-D", str(data / "db"), "-U", "hops", "--auth=trust", "-E", "UTF8",
                         "--no-sync", "--no-instructions"], check=True, capture_output=True, timeout=120, **as_user)
         port = free_port()
@@ -149,8 +189,7 @@ def postgres():
         finally:
             stop(proc, signal.SIGINT)  # SIGINT = PostgreSQL's "fast" shutdown
     finally:
-        shutil.rmtree(data, ignore_errors=True)
-        log.unlink(missing_ok=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- MLflow tracking server
@@ -298,7 +337,7 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     by_type: dict[str, list] = {}
     for r in runs:
         by_type.setdefault(r.data.tags.get("run_type"), []).append(r)
-    assert {"iteration", "gate", "admit", "observe", "noise"} <= set(by_type), set(by_type)
+    assert {"iteration", "gate", "admit", "observe", "noise", "validate"} <= set(by_type), set(by_type)
     outcome = {r.data.tags.get("hypothesis"): r for r in by_type["iteration"]}
     parked, landed = outcome["Megatron ties the embeddings"], outcome["the untouched tree holds"]
     assert parked.data.tags["outcome"] == "parked" and parked.info.status == "KILLED"
@@ -411,11 +450,14 @@ def test_a_single_run_logs_one_run_and_without_the_option_mlflow_is_not_even_imp
 
 
 def test_an_unreachable_tracking_server_is_one_error_line_not_a_silent_run(tmp_path):
-    env = env_with(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{free_port()}", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0")
-    proc = python("-m", "hops.run", "output.plots=false", "output.mlflow=true", f"hydra.run.dir={tmp_path}", env=env)
+    env = env_with(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{free_port()}")  # MLflow's own retries: ~4 minutes
+    proc = python("-m", "hops.run", "output.plots=false", "output.mlflow=true", f"hydra.run.dir={tmp_path}", env=env,
+                  timeout=90)
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: output.mlflow: could not log to http://127.0.0.1:") and "Traceback" not in proc.stderr
+    assert last.startswith("error: output.mlflow: MLflow tracking server http://127.0.0.1:") and "does not answer" \
+        in last and "Traceback" not in proc.stderr
+    assert (tmp_path / "summary.json").is_file()  # the run's outputs are kept
 
 
 # --------------------------------------------------------------------------- Ray cluster
@@ -463,12 +505,13 @@ def test_ray_sweep_rows_equal_the_joblib_sweep_byte_for_byte(ray_cluster, tmp_pa
     from hops.sweep import METRICS
 
     on_ray, on_joblib = tmp_path / "ray", tmp_path / "joblib"
-    ray_proc = subprocess.run(ray_cluster["enter"](sys.executable, "-m", "hops.run", "-m", "hydra/launcher=hops_ray",
-                                                   *SWEEP, f"hydra.sweep.dir={on_ray}"),
-                              cwd=REPO, env=env_with(RAY_ADDRESS=ray_cluster["address"]), capture_output=True,
-                              text=True, timeout=600)
-    assert ray_proc.returncode == 0, ray_proc.stderr[-4000:]
-    assert f"Connecting to existing Ray cluster at address: {ray_cluster['address']}" in ray_proc.stderr
+    # On a terminal, as a user runs it: Ray pickles the sweep's callbacks, whose progress line
+    # (drawn only on a terminal) once made every multirun fail there.
+    code, out = on_terminal(ray_cluster["enter"](sys.executable, "-m", "hops.run", "-m", "hydra/launcher=hops_ray",
+                                                 *SWEEP, f"hydra.sweep.dir={on_ray}"),
+                            env=env_with(RAY_ADDRESS=ray_cluster["address"]), timeout=600)
+    assert code == 0 and "Traceback" not in out, out[-4000:]
+    assert f"Connecting to existing Ray cluster at address: {ray_cluster['address']}" in out
     joblib_proc = python("-m", "hops.run", "-m", *SWEEP, f"hydra.sweep.dir={on_joblib}", env=env_with())
     assert joblib_proc.returncode == 0, joblib_proc.stderr[-4000:]
 

@@ -189,6 +189,7 @@ def plot_dashboard(summary: dict, timeline: Timeline, path, *, title: str | None
         if hi - lo <= 1e-9 * max(abs(hi), 1.0):  # equal up to rounding (one stage): one bar, not an error
             bins, latencies = 1, np.full(len(latencies), (lo + hi) / 2)
         ax.hist(latencies, bins=bins, color=_BAR, alpha=0.85, edgecolor="white", linewidth=0.4)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of microbatches: no 0.5 ticks
         marks = [("p50", lat.get("p50", np.percentile(latencies, 50)), "-"),
                  ("p99", lat.get("p99", np.percentile(latencies, 99)), "--"),
                  ("mean", lat.get("mean", float(np.mean(latencies))), ":")]
