@@ -147,7 +147,7 @@ class Crossval:
 def crossval(by: str, *, space: str = "sum_model", root=None, jobs: int = 1, progress: bool = False,
              starts: int = phase_fit.DEFAULT_STARTS, seed: int = phase_fit.DEFAULT_SEED) -> Crossval:
     """Leave each group of `by` out of the fit, refit `space` on the rest, score the group (module docstring)."""
-    from tqdm import tqdm
+    from hops.progress import Progress
 
     from .gate import flatten
     from .validate import validate
@@ -159,15 +159,14 @@ def crossval(by: str, *, space: str = "sum_model", root=None, jobs: int = 1, pro
     data = phase_fit.stage_phases(fixtures)
     groups = groups_by(by, fixtures, data)
     committed = flatten(Catalog.load().as_dict())
-    bar = tqdm(total=len(groups) + 1, desc=f"crossval {by}", unit="fold", disable=not progress, delay=2.0,
-               leave=False)
+    bar = Progress(total=len(groups) + 1, desc=f"crossval {by}", unit="fold", enabled=progress)
     try:
         all_train = phase_fit.fit(data, params, starts=starts, seed=seed)
         in_sample = validate(SPLIT, root=root, variants=VARIANTS, jobs=jobs).table()
         bar.update()
         folds = []
         for label, ids in groups.items():
-            bar.set_postfix_str(label, refresh=False)
+            bar.note(label)
             left = set(ids)
             train = [d for d in data if d.id not in left]
             refit = phase_fit.fit(train, params, starts=starts, seed=seed)
