@@ -24,6 +24,7 @@ SCENARIO = REPO / "conf" / "scenario" / "hetero_pp4.yaml"
 NOT_MODEL = {
     "hops/__init__.py": "re-exports only",
     "hops/errors.py": "exception types",
+    "hops/physical.py": "refuses impossible derived durations and sizes; passes every other value unchanged",
     "hops/provenance.py": "this list and the fingerprint",
     "hops/run.py": "Hydra app: composes a scenario and writes outputs",
     "hops/sweep.py": "reports on finished runs",

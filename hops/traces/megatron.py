@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import TraceError, echo
 from ..timeline import EVENTS_CSV_HEADER, Timeline
 from .guard import check_fixture_dir, check_path
 
@@ -104,7 +104,7 @@ def json_lines(path: Path, what: str, event_keys=EVENT_KEYS):
                 text = LAUNCHER_PREFIX.sub("", text, count=1).strip()
             if not text.startswith("{"):
                 if any(key in text for key in event_keys):
-                    raise TraceError(f"{where}: an event behind an unrecognised prefix ({text[:40]!r}...), "
+                    raise TraceError(f"{where}: an event behind an unrecognised prefix ({echo(text[:40])}...), "
                                      f"expected the JSON object at the start of the line or after a "
                                      f"launcher prefix like [default0]:")
                 continue
@@ -171,25 +171,25 @@ def _check(rec, path: Path, lineno: int, devices: tuple[str, ...]):
         need.update(TRANSFER_REQUIRED)
     for name, typ in need.items():
         if name not in rec:
-            raise TraceError(f"{where}: missing field {name!r}, expected every event to have {sorted(need)}")
+            raise TraceError(f"{where}: missing field {echo(name)}, expected every event to have {sorted(need)}")
         val = rec[name]
         if not isinstance(val, typ) or isinstance(val, bool):
-            raise TraceError(f"{where}: field {name!r} is {val!r}, expected {typ.__name__}")
+            raise TraceError(f"{where}: field {echo(name)} is {echo(val)}, expected {typ.__name__}")
     if rec["event_type"] not in EVENT_TYPES:
-        raise TraceError(f"{where}: unknown event_type {rec['event_type']!r}, expected one of {list(EVENT_TYPES)}")
+        raise TraceError(f"{where}: unknown event_type {echo(rec['event_type'])}, expected one of {list(EVENT_TYPES)}")
     if rec["phase"] not in PHASE_MAP:
-        raise TraceError(f"{where}: unknown phase {rec['phase']!r}, expected one of {list(PHASE_MAP)}")
+        raise TraceError(f"{where}: unknown phase {echo(rec['phase'])}, expected one of {list(PHASE_MAP)}")
     if rec["end_wall_ns"] < rec["start_wall_ns"]:
         raise TraceError(f"{where}: end_wall_ns {rec['end_wall_ns']} is before start_wall_ns "
                          f"{rec['start_wall_ns']}, expected end >= start")
     if not 0 <= rec["stage"] < len(devices):
         raise TraceError(f"{where}: stage {rec['stage']} is not in hops_trace_map.json, expected 0..{len(devices) - 1}")
     if rec["device_id"] != devices[rec["stage"]]:
-        raise TraceError(f"{where}: device_id {rec['device_id']!r} but hops_trace_map.json puts stage "
-                         f"{rec['stage']} on {devices[rec['stage']]!r}, expected them to agree")
+        raise TraceError(f"{where}: device_id {echo(rec['device_id'])} but hops_trace_map.json puts stage "
+                         f"{rec['stage']} on {echo(devices[rec['stage']])}, expected them to agree")
     if rec["event_type"] == "transfer" and rec["src_device"] != rec["device_id"]:
-        raise TraceError(f"{where}: transfer src_device {rec['src_device']!r} differs from device_id "
-                         f"{rec['device_id']!r}, expected transfers to be logged by the sending rank")
+        raise TraceError(f"{where}: transfer src_device {echo(rec['src_device'])} differs from device_id "
+                         f"{echo(rec['device_id'])}, expected transfers to be logged by the sending rank")
     if rec["microbatch"] < 0 or rec["iteration"] < 0:
         raise TraceError(f"{where}: negative iteration/microbatch, expected counters >= 0")
 
