@@ -6,8 +6,8 @@ is durable, so a kill leaves an honest trace: a RUNNING run whose writer process
 iteration run born `void` whose propose died before recording the baseline. Older ledgers
 can also hold the states this replaced: an open iteration without a baseline. Repair closes
 the first kind as KILLED and tags it `incomplete`, and gives the second its baseline from the
-golden file when that is provably the baseline (else voids it), so no record claims what
-did not happen and no iteration closes with `"before": {}`.
+golden file when that is provably the baseline, else tags it `baseline_missing` (it stays open:
+voiding someone's open work is not a repair), so no record claims what did not happen.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import time
 from . import ledger
 
 INCOMPLETE = "its command was killed before it finished; not a result (closed by repair)"
+NO_BASELINE = "baseline_missing"
 LEGACY_AGE_S = 24 * 3600  # a RUNNING run without a writer tag (older code) is stale after a day
 
 
@@ -69,9 +70,9 @@ def _restore_baselines(book: ledger.Ledger) -> list[str]:
             before = {v: golden["aggregates"][v] for v in cfg.gated_variants if v in golden["aggregates"]}
             book.log(run.info.run_id, metrics=ledger.aggregate_metrics(before, prefix="before."))
             done.append(f"iteration {n}: had no baseline; recorded the golden file's (iteration {admitted})")
-        else:
-            book.tag_iteration(run.info.run_id, {"outcome": "void", "reason": "opened without a baseline that can "
-                                                                              "be recovered; closed by repair"})
-            book.finish(run.info.run_id, "KILLED")
-            done.append(f"iteration {n}: had no recoverable baseline; void")
+        elif run.data.tags.get(NO_BASELINE) is None:
+            book.log(run.info.run_id, tags={NO_BASELINE: "its propose was killed before recording the baseline, "
+                                                         "and the golden file may not be it"})
+            done.append(f"iteration {n}: open without a baseline that can be recovered; tagged {NO_BASELINE} "
+                        f"(revert it and propose again for a before -> after)")
     return done

@@ -139,3 +139,20 @@ def test_repair_gives_an_old_baseline_less_open_iteration_the_golden_baseline(cl
     tie(cli.repo)
     assert cli("gate")[0] == 0 and cli("revert", "--reason", "x")[0] == 0
     assert latest(cli, n)["before"]["spec"]["mape"] == pytest.approx(g["aggregates"]["spec"]["mape"])
+
+
+def test_an_old_open_iteration_whose_baseline_cannot_be_recovered_is_marked_and_kept_open(cli):
+    """When the golden file is not provably its baseline (it was admitted at or after the iteration's
+    number), repair does not invent one and does not throw the open work away: it tags it."""
+    from autoresearch import ledger
+
+    book = cli.ledger()
+    run = book.start_run(ledger.CALIBRATION, "it1 iteration: old", run_type="iteration",
+                         tags={"iteration": 1, "title": "old", "hypothesis": "h", "change_site": arscratch.MODEL,
+                               "expected_effect": "e", "outcome": "open", "opened": ledger.now()})
+    code, out, err = cli("repair")
+    assert code == 0 and "iteration 1: open without a baseline that can be recovered; tagged baseline_missing" in out
+    after = book.get_run(run)
+    assert after.data.tags["outcome"] == "open" and after.data.tags["baseline_missing"]
+    assert not any(k.startswith("before.") for k in after.data.metrics)
+    assert "nothing to repair" in cli("repair")[1]
