@@ -7,6 +7,8 @@ digit of the rest of the run. Simulating either produced a makespan of inf or Na
 that looked like a result. So the durations themselves are checked where the engine
 assembles them, and the first one that is not finite or is longer than MAX_DURATION_MS is
 refused with the scenario field it came from, the inputs that produced it, and its value.
+The same holds for each device's peak memory and for the failure horizon (its restart,
+repair and checkpoint times, and how many fault events its MTBFs and rates imply).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import math
 import numpy as np
 
 from .errors import ScenarioError, echo
-from .schema.fields import MAX_HORIZON_HOURS
+from .schema.fields import MAX_COUNT, MAX_HORIZON_HOURS
 
 # No single step of a training run (one microbatch's compute, one transfer, one optimizer
 # step, one collective) lasts longer than the longest failure horizon HOPS simulates; with
@@ -24,6 +26,9 @@ MAX_DURATION_MS = MAX_HORIZON_HOURS * 3.6e6  # ten years
 # A device holding more than an exabyte is no device; over-capacity reports (a GPipe run that
 # stashes too many microbatches) stay far below this.
 MAX_MEMORY_MB = 1e12
+# Fault events one failure horizon may hold (expected count): ten years of a 100k-GPU cluster at a
+# 50k-hour MTBF is under 2e5; the bound is the scenario size bound MAX_COUNT.
+MAX_FAULT_EVENTS = MAX_COUNT
 
 
 def check(value: float, path: str, what: str, inputs: str = "") -> None:
@@ -103,3 +108,45 @@ def check_memory(scenario, peak_memory_mb: dict) -> None:
                                                      f"weights_mb={st.weights_mb:g}{act}); expected a finite size of "
                                                      f"at most {MAX_MEMORY_MB:.3g} MB (an exabyte): a value here is "
                                                      f"physically impossible")
+
+
+def check_horizon(cfg, units: dict, device_mtbf_hours, interval_minutes: float) -> None:
+    """The failure horizon's durations (each a finite time of at most ten years) and its expected
+    number of fault events (at most MAX_FAULT_EVENTS): an MTBF of 1e-308 hours is a finite,
+    positive input whose failure rate is infinite, and drawing its failures crashed or ran out
+    of memory. ``units``: hops.failures.horizon.cluster_units; ``device_mtbf_hours``: per GPU or None."""
+    ck, lk, pl = cfg.checkpoint, cfg.links, cfg.planned
+    minutes = {"failure.checkpoint.interval_minutes": interval_minutes,
+               "failure.checkpoint.write_minutes": ck.write_minutes,
+               "failure.checkpoint.restart_minutes": ck.restart_minutes,
+               "failure.checkpoint.detection_minutes": ck.detection_minutes,
+               "failure.checkpoint.replace_minutes": ck.replace_minutes,
+               "failure.checkpoint.spare_repair_hours": ck.spare_repair_hours * 60.0,
+               "failure.links.repair_minutes": lk.repair_minutes,
+               "failure.links.degradation.duration_minutes": lk.degradation.duration_minutes,
+               "failure.stragglers.throttling.duration_minutes": cfg.stragglers.throttling.duration_minutes,
+               "failure.planned.extra_minutes": pl.extra_minutes,
+               **({"failure.planned.interval_hours": pl.interval_hours * 60.0} if pl.interval_hours else {}),
+               **{f"failure.components[{i}].repair_minutes": c.repair_minutes for i, c in enumerate(cfg.components)}}
+    for path, m in minutes.items():
+        check(m * 60e3, path, "this time", f"{path.rsplit('.', 1)[-1]}={m:g}" if "hours" not in path
+              else f"{path.rsplit('.', 1)[-1]}={m / 60.0:g}")
+    hours = cfg.horizon_hours
+    expected = {}  # field -> (expected events over the horizon, how)
+    if device_mtbf_hours is not None:
+        rate = float(np.sum(1.0 / np.asarray(device_mtbf_hours, dtype=np.float64)))
+        expected["failure.devices.mtbf_hours"] = (hours * rate, f"{units['gpu']} GPUs")
+    for i, c in enumerate(cfg.components):
+        expected[f"failure.components[{i}].mtbf_hours"] = (
+            hours * units[c.per] / c.mtbf_hours, f"mtbf_hours={c.mtbf_hours:g} x {units[c.per]} {c.per} unit(s)")
+    if lk.mtbf_hours is not None:
+        expected["failure.links.mtbf_hours"] = (hours * units["link"] / lk.mtbf_hours,
+                                                f"mtbf_hours={lk.mtbf_hours:g} x {units['link']} links")
+    expected["failure.links.degradation.rate_per_hour"] = (
+        hours * lk.degradation.rate_per_hour * units["link"], f"{units['link']} links")
+    expected["failure.stragglers.throttling.rate_per_hour"] = (
+        hours * cfg.stragglers.throttling.rate_per_hour * units["gpu"], f"{units['gpu']} GPUs")
+    for path, (n, how) in expected.items():
+        if not n <= MAX_FAULT_EVENTS:  # NaN and inf included
+            raise ScenarioError(path, f"{n:.3g} fault events expected over the {hours:g} h horizon ({how}); "
+                                      f"expected at most {MAX_FAULT_EVENTS:,}: a value here is physically impossible")

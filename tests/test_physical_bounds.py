@@ -112,3 +112,25 @@ def test_no_reported_share_leaves_zero_to_one_across_schedules():
         shares = [s["bubble_ratio"], *s["bubble_per_stage"], *s["idle_breakdown"].values(),
                   *(v for group in s["utilization"].values() for v in group.values())]
         assert all(0.0 <= v <= 1.0 for v in shares), (schedule, shares)
+
+
+LLAMA = yaml.safe_load((REPO / "conf" / "scenario" / "llama3_405b_54d.yaml").read_text())
+
+
+@pytest.mark.parametrize("path,value,says", [
+    (("components", 5, "mtbf_hours"), 1e-308, "failure.components[5].mtbf_hours: inf fault events expected"),
+    (("checkpoint", "interval_minutes"), 1e308, "failure.checkpoint.interval_minutes: this time is inf ms"),
+    (("checkpoint", "restart_minutes"), 1e300, "failure.checkpoint.restart_minutes: this time is 6e+304 ms"),
+    (("stragglers", "throttling", "rate_per_hour"), 1e300, "failure.stragglers.throttling.rate_per_hour: "),
+])
+def test_an_impossible_failure_horizon_is_refused(path, value, says):
+    """An MTBF of 1e-308 h or a checkpoint interval of 1e308 min crashed the horizon with
+    OverflowError (a traceback) or tried to draw more failures than memory holds."""
+    doc = copy.deepcopy(LLAMA)
+    node = doc["failure"]
+    for k in path[:-1]:
+        node = node[k] if isinstance(k, int) else node.setdefault(k, {})
+    node[path[-1]] = value
+    with pytest.raises(ScenarioError) as info:
+        hops.simulate(doc)
+    assert str(info.value).startswith(says) and "\n" not in str(info.value), str(info.value)
