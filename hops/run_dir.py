@@ -87,8 +87,8 @@ class OwnRunDir(Callback):
 
     def on_run_start(self, config, **kwargs: Any) -> None:
         directory = Path(str(config.hydra.run.dir)).absolute()
-        _or_exit(own, directory, "hydra.run.dir")
-        clear_previous(directory)
+        if _or_exit(own, directory, "hydra.run.dir"):
+            clear_previous(directory)
 
     def on_run_end(self, config, **kwargs: Any) -> None:
         release()
@@ -100,9 +100,14 @@ class OwnRunDir(Callback):
         release()
 
 
-def _or_exit(fn, *args) -> None:
+def _or_exit(fn, *args) -> bool:
+    """True once the directory is ours; False if it cannot be created (Hydra's own mkdir then
+    fails next, and hops.run reports that as its one line: "cannot write DIR")."""
     try:
         fn(*args)
     except DirectoryBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR) from None
+    except OSError:
+        return False
+    return True
