@@ -264,12 +264,15 @@ def _snapshot_or_none() -> str | None:
         return None
 
 
-def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration=None) -> str:
+def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration=None, *, finish: bool = True) -> str:
     """One run per gate evaluation; while an iteration is open it also becomes the iteration's "after".
 
     A what-if gate (--set) counts as evidence too (search proposals are judged that way before any
     file changes); the what-if is recorded next to the numbers so the log says which model they are.
     The tree the gate judged is recorded, so `park` can tell whether the patch it saves is that tree.
+    The verdict tag and FINISHED come last, once the numbers are logged: a killed gate leaves a
+    RUNNING run without a verdict (`repair` closes it). ``finish=False``: the caller finishes the run
+    when its effect is durable (admit, in its journal).
     """
     from .gate import render
 
@@ -280,8 +283,8 @@ def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration
     run = book.start_run(ledger.CALIBRATION, run_name(iteration, run_type), run_type=run_type,
                          params=ledger.provenance(cfg.split, cfg.variants, result.overrides),
                          tags={**(ledger.iteration_tags(iteration) if iteration else {}),
-                               "gate": "pass" if result.passed else "fail", "whatif": str(bool(result.overrides)),
-                               "violations": "\n".join(result.violations)})
+                               "whatif": str(bool(result.overrides))})
+    ledger.crash_point(f"{run_type}:created")
     metrics = {"gate.violations": len(result.violations)}
     if result.report is not None:
         metrics |= ledger.aggregate_metrics(result.report.aggregates())
@@ -295,7 +298,6 @@ def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration
             d = ledger.write_report_artifacts(result.report, Path(tmp), title=f"{run_type} {cfg.split}",
                                               sections=["## Gate", "", "```", text, "```"])
             book.log_artifacts(run, d)
-    book.finish(run)
     if iteration is not None and result.report is not None:
         aggs = {v: {m: now for m, (_, now) in per.items()} for v, per in result.comparison.aggregates.items()} \
             if result.comparison.aggregates else \
@@ -305,6 +307,9 @@ def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration
                  tags={"last_gate_run": run, "last_gate_status": "pass" if result.passed else "fail",
                        "last_gate_violations": "\n".join(result.violations), "last_gate_whatif": whatif or "none",
                        "last_gate_tree": _snapshot_or_none() or "unknown", "last_gate_report": text})
+    book.log(run, tags={"gate": "pass" if result.passed else "fail", "violations": "\n".join(result.violations)})
+    if finish:
+        book.finish(run)
     return run
 
 
@@ -388,15 +393,18 @@ def run_propose(args) -> int:
                                          ids=sorted(golden["fixtures"]), split=cfg.split, jobs=args.jobs)
         n = book.next_iteration()
         title = (args.title or "").strip() or short_title(args.hypothesis)
+        # The run is born void and becomes open in the same batch that records its baseline: a kill
+        # in between leaves a void run (closed by `repair`), never an open iteration without a "before".
         tags = {"iteration": n, "title": title, "hypothesis": args.hypothesis.strip(),
-                "change_site": args.change_site, "expected_effect": args.expect.strip(), "outcome": "open",
-                "opened": ledger.now()}
+                "change_site": args.change_site, "expected_effect": args.expect.strip(), "outcome": "void",
+                "reason": UNFINISHED_PROPOSE, "opened": ledger.now()}
         if on:
             tags["stack_on"] = ",".join(map(str, on))
         ledger.crash_point("propose:run")
         run = book.start_run(ledger.CALIBRATION, f"it{n} iteration: {title}", run_type="iteration",
                              params=ledger.provenance(cfg.split, cfg.gated_variants), tags=tags)
-        book.log(run, metrics=ledger.aggregate_metrics(before, prefix="before."))
+        ledger.crash_point("propose:created")
+        book.log(run, metrics=ledger.aggregate_metrics(before, prefix="before."), tags={"outcome": "open", "reason": ""})
         if on:
             worktree.apply([stack.patch_file(stack.parked(k)) for k in on])
     print(f"opened iteration {n} (MLflow run {run})" + (f" on top of {', '.join(f'it{k}' for k in on)}; their "
@@ -406,6 +414,9 @@ def run_propose(args) -> int:
         print(f"  {v}: MAPE {a['mape']:.2f}%, bubble MAE {a['bubble_mae_pp']:.2f} pp, rho {a['rho_mean']:.2f}")
     print("next: change the code, `python -m autoresearch gate`, then `admit`, `park` or `revert --reason ...`")
     return 0
+
+
+UNFINISHED_PROPOSE = "propose was killed before the baseline was recorded; run propose again"
 
 
 def _record(run, outcome: str, *, after, before=None, regressions=(), worse=(), reason: str = "",
@@ -585,7 +596,8 @@ def run_admit(args) -> int:
                 print("admit refused: every stack member must improve a gated aggregate on its own and worsen "
                       "none (nothing rides along):\n" + "\n".join(f"  - {r}" for r in riders))
                 return 1
-        log_gate(result, "admit", book, iteration)
+        gate_run = log_gate(result, "admit", book, iteration, finish=False)
+        ledger.crash_point("admit:gate_logged")
         iteration = book.get_run(iteration.info.run_id)
         n = int(iteration.data.tags["iteration"])
         prov = ledger.provenance(cfg.split, cfg.gated_variants)
@@ -611,7 +623,8 @@ def run_admit(args) -> int:
         else:
             before = {} if args.bootstrap else result.golden["aggregates"]
             rec = _record(iteration, "landed", after=new["aggregates"], before=before, worse=worse, prov=prov)
-        effects += [{"kind": "append", "record": rec}, _close_effect(rec, "landed"), {"kind": "log"}]
+        effects += [{"kind": "append", "record": rec}, _close_effect(rec, "landed"),
+                    {"kind": "mlflow", "run_id": gate_run, "status": "FINISHED"}, {"kind": "log"}]
         transact("admit", effects, summary=f"iteration {n} landed", book=book)
     path = golden_path(cfg.split)
     landed = f"iterations {', '.join(str(m.iteration) for m in members)}" if members else f"iteration {n}"
@@ -655,6 +668,7 @@ def run_revert(args) -> int:
 
 def run_repair(args) -> int:
     """One consistent story again: finish a journal, void race duplicates, close runs the jsonl closed, dedupe."""
+    from . import unfinished
     from .journal import journal_path, replay
 
     book = ledger.Ledger()
@@ -704,6 +718,7 @@ def run_repair(args) -> int:
                     book.finish(run.info.run_id, "KILLED")
                     done.append(f"iteration {run.data.tags.get('iteration')} (run {run.info.run_id[:8]}): void")
             done.append(f"iteration {keep.data.tags.get('iteration')} stays open")
+        done += unfinished.repair(book)
         _refresh_log(book)
     print("repair: " + ("; ".join(done) if done else "nothing to repair") + "; LOG.md regenerated")
     return 0

@@ -154,6 +154,26 @@ def locked_append(path: Path):
 
 
 # --------------------------------------------------------------------------- kill safety
+WRITER = "writer"  # host:pid of the process that created a run
+
+
+def writer() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def writer_alive(tag: str | None) -> bool | None:
+    """Whether the process named by a WRITER tag still runs; None when this host cannot tell (another
+    host, or a run from before the tag existed)."""
+    import socket
+
+    host, _, pid = (tag or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    return Path(f"/proc/{pid}").exists()
+
+
 def crash_point(name: str) -> None:
     """Test hook: `HOPS_AUTORESEARCH_KILL_AT=name` SIGKILLs the process here (between two writes)."""
     if os.environ.get("HOPS_AUTORESEARCH_KILL_AT") == name:
@@ -296,7 +316,9 @@ class Ledger:
 
     def start_run(self, experiment: str, name: str, *, run_type: str, params: Mapping[str, Any] | None = None,
                   tags: Mapping[str, Any] | None = None, parent: str | None = None) -> str:
-        all_tags = {"run_type": run_type, **{k: str(v) for k, v in (tags or {}).items()}}
+        """A RUNNING run; the command finishes it once what it records is durable (`repair` closes a
+        run whose writer died first, found by the WRITER tag)."""
+        all_tags = {"run_type": run_type, WRITER: writer(), **{k: str(v) for k, v in (tags or {}).items()}}
         if run_type != "iteration" and "iteration" in all_tags and not name.startswith("it"):
             name = f"it{all_tags['iteration']} {name}: {all_tags.get('title') or all_tags.get('hypothesis', '')[:48]}"
         if parent:

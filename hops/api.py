@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import engine, outputs
+from . import engine, outputs, physical
 from .hardware import Catalog, Topology
 from .memory import memory_summary
 from .metrics import summarize
@@ -73,6 +73,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
     })
     summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"],
                                   ends=res.extras["model_ends"], virtual_stages=res.extras["virtual_stages"]))
+    physical.check_memory(sc, summary["peak_memory_mb"])
     # the same for a dict, an OmegaConf config or a file; write_summary() adds the file it came from
     summary["provenance"] = {**code_provenance(), "scenario": None, "scenario_file": None}
     extras = dict(res.extras)

@@ -34,6 +34,7 @@ from itertools import chain
 
 import numpy as np
 
+from . import physical
 from .collectives import iteration_end_stall_ms, data_parallel_allreduce_ms, tied_embedding_sync_ms
 from .compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chunks
 from .engine_core import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration,
@@ -156,6 +157,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             factor = stragglers.get(stage_dev[s], 1.0)
             if factor != 1.0:
                 samples[s] = {ph: arr * factor for ph, arr in samples[s].items()}
+    physical.check_samples(scenario, compute.devices, phys, samples)
     layout = Layout(
         n_stages=p, n_microbatches=m, sdev=sdev, stages_on_dev=laid.stages_on_dev, fwd_link=fwd_link,
         bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
@@ -175,6 +177,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             * iters)
     opt_ms, sync_ms = laid.opt_ms, laid.sync_ms
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
+    physical.check_iteration_end(scenario, ar_ms, host)
 
     n_phys = scenario.n_stages
     record = Record(n_phys)
@@ -266,6 +269,7 @@ def lay_out(ctx: _Context, placement) -> Placed:
     exp = chunk_times(ctx.compute, placement)
     opt_ms = _optimizer_ms(sc, ctx.compute, ctx.catalog, ends=(phys[0], phys[-1]))
     sync_ms = tied_embedding_sync_ms(sc, ctx.catalog, ctx.topo, stage_dev[0], stage_dev[-1])
+    physical.check_layout(sc, ctx.compute.devices, phys, exp, opt_ms, sync_ms, links, ctx.msg_mb)
     meta = PipelineMeta(
         n_stages=p, n_microbatches=sc.microbatches, f=[e.f for e in exp], b=[e.b for e in exp],
         w=[e.w for e in exp], bw=[e.bw for e in exp], devices=stage_dev,

@@ -1,5 +1,19 @@
 """User-facing errors: one line that names where the problem is and what was expected."""
 
+ECHO_CHARS = 80  # an echoed value longer than this is cut: the line names the problem, not the payload
+
+
+def echo(value) -> str:
+    """`repr(value)` for an error message, cut to ECHO_CHARS with the length it had.
+
+    A scenario or trace can hold a 10 kB string where a name belongs; echoing it whole
+    makes a one-line error a page long.
+    """
+    text = repr(value)
+    if len(text) <= ECHO_CHARS:
+        return text
+    return f"{text[:ECHO_CHARS - 20]}... ({len(text):,} characters)"
+
 
 class HopsError(Exception):
     """Base for every error caused by user input rather than a bug in HOPS."""

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .errors import HopsError
+from .errors import HopsError, echo
 
 PRESET_DIR = Path(__file__).parent / "presets"
 CATALOG_FILES = {"devices": "devices.yaml", "interconnects": "interconnects.yaml", "model": "model.yaml"}
@@ -38,7 +38,7 @@ class Catalog:
         data = _read_presets(Path(preset_dir))
         for path, value in _normalize_overrides(overrides):
             _set_dotted(data, path, value)
-            _check_value(path, value, f"override {path!r}")
+            _check_value(path, value, f"override {echo(path)}")
         return cls(**data)
 
     def fingerprint(self) -> str:
@@ -105,7 +105,7 @@ def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
     out = []
     for item in overrides:
         if "=" not in item:
-            raise CatalogError(f"override {item!r}: expected KEY=VALUE, e.g. model.k_floor_ms=1.2")
+            raise CatalogError(f"override {echo(item)}: expected KEY=VALUE, e.g. model.k_floor_ms=1.2")
         key, raw = item.split("=", 1)
         value = yaml.safe_load(raw)
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string; a number was meant
@@ -120,26 +120,26 @@ def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
 def _set_dotted(data: dict, path: str, value: Any) -> None:
     parts = path.split(".")
     if parts[0] not in CATALOG_FILES:
-        raise CatalogError(f"override {path!r}: expected a path under {', '.join(CATALOG_FILES)}")
+        raise CatalogError(f"override {echo(path)}: expected a path under {', '.join(CATALOG_FILES)}")
     node = data
     for i, part in enumerate(parts[:-1]):
         if not isinstance(node, dict) or part not in node:
             known = ", ".join(sorted(node)) if isinstance(node, dict) else "nothing"
-            raise CatalogError(f"override {path!r}: unknown key {'.'.join(parts[:i + 1])!r}; known: {known}")
+            raise CatalogError(f"override {echo(path)}: unknown key {echo('.'.join(parts[:i + 1]))}; known: {known}")
         node = node[part]
     leaf = parts[-1]
     if not isinstance(node, dict) or leaf not in node:
         known = ", ".join(sorted(node)) if isinstance(node, dict) else "nothing"
-        raise CatalogError(f"override {path!r}: unknown key {leaf!r}; known: {known}")
+        raise CatalogError(f"override {echo(path)}: unknown key {echo(leaf)}; known: {known}")
     old = node[leaf]
     if isinstance(old, dict):
-        raise CatalogError(f"override {path!r}: {path} is a mapping; set one of its values, e.g. "
+        raise CatalogError(f"override {echo(path)}: {path} is a mapping; set one of its values, e.g. "
                            f"{path}.{next(iter(old))}=...")
     if isinstance(old, (int, float)) and not isinstance(old, bool):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise CatalogError(f"override {path!r}: expected a number, got {value!r}")
+            raise CatalogError(f"override {echo(path)}: expected a number, got {echo(value)}")
     elif isinstance(old, bool) and not isinstance(value, bool):
-        raise CatalogError(f"override {path!r}: expected true or false, got {value!r}")
+        raise CatalogError(f"override {echo(path)}: expected true or false, got {echo(value)}")
     node[leaf] = value
 
 
@@ -163,7 +163,7 @@ def _check_value(path: str, value: Any, where: str) -> None:
     leaf = path.rsplit(".", 1)[-1]
     positive = leaf in POSITIVE
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise CatalogError(f"{where}: got {value!r}; expected a finite number {'> 0' if positive else '>= 0'}")
+        raise CatalogError(f"{where}: got {echo(value)}; expected a finite number {'> 0' if positive else '>= 0'}")
     if leaf in SHARE and value > 1:
         raise CatalogError(f"{where}: got {value!r}; expected a share of iterations, from 0 to 1")
 

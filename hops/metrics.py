@@ -12,6 +12,20 @@ from .timeline import Timeline
 
 WARMUP_FACTOR = 3.0
 BACKWARD_PHASES = ("B", "BW", "W")
+ROUNDING = 1e-9  # how far a share of the window may stray outside [0, 1] by floating-point rounding alone
+
+
+def share(x: float) -> float:
+    """A fraction of the window (bubble, utilization), with rounding's strays pulled back into [0, 1].
+
+    1 - busy / window is -2.2e-16 for a stage busy the whole window; a report showing a
+    negative bubble reads as a bug. Larger strays are left as they are: they would be one.
+    """
+    if -ROUNDING < x < 0.0:
+        return 0.0
+    if 1.0 < x < 1.0 + ROUNDING:
+        return 1.0
+    return x
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -208,17 +222,17 @@ def summarize(tl: Timeline) -> dict:
             "p99": p99,
         },
         "makespan_ms": window,
-        "bubble_ratio": 1.0 - sum(stage_busy) / (tl.n_stages * window) if window > 0 else 0.0,
-        "bubble_per_stage": [1.0 - b / window for b in stage_busy] if window > 0 else [],
+        "bubble_ratio": share(1.0 - sum(stage_busy) / (tl.n_stages * window)) if window > 0 else 0.0,
+        "bubble_per_stage": [share(1.0 - b / window) for b in stage_busy] if window > 0 else [],
         "idle_breakdown": {  # the bubble, read: shares of stages x window
-            "pipeline": idle_total["pipeline_idle_ms"] / (tl.n_stages * window) if window > 0 else 0.0,
-            "iteration_end": idle_total["iteration_end_ms"] / (tl.n_stages * window) if window > 0 else 0.0,
+            "pipeline": share(idle_total["pipeline_idle_ms"] / (tl.n_stages * window)) if window > 0 else 0.0,
+            "iteration_end": share(idle_total["iteration_end_ms"] / (tl.n_stages * window)) if window > 0 else 0.0,
         },
         "time_breakdown_ms_per_iteration": breakdown,
         "utilization": {
-            "per_stage": {str(s): b / window for s, b in enumerate(stage_busy)},
-            "per_device": {d: b / window for d, b in sorted(device_busy.items())},
-            "per_link": {k: b / window for k, b in sorted(link_busy.items())},
+            "per_stage": {str(s): share(b / window) for s, b in enumerate(stage_busy)},
+            "per_device": {d: share(b / window) for d, b in sorted(device_busy.items())},
+            "per_link": {k: share(b / window) for k, b in sorted(link_busy.items())},
         },
         "communication_overhead": transfer_ms / compute_ms if compute_ms > 0 else 0.0,
         "window": {

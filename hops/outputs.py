@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import secrets
 from pathlib import Path
 
 SUMMARY = "summary.json"
@@ -60,8 +61,11 @@ def scenario_label(summary: dict) -> str | None:
 
 
 def tmp_path(path: Path) -> Path:
-    """A hidden sibling that keeps the extension (matplotlib and gzip go by it): .trace.tmp.json"""
-    return path.with_name(f".{path.stem}.tmp{path.suffix}")
+    """A hidden sibling, unique to this writer, that keeps the extension (matplotlib and gzip go
+    by it): .trace.<pid>-<random>.tmp.json. Two writers of the same file (two processes writing
+    one directory) each rename their own complete file; with one shared temporary name one
+    could rename the other's half-written bytes, or its own bytes followed by the other's tail."""
+    return path.with_name(f".{path.stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{path.suffix}")
 
 
 def commit(tmp: Path, path: Path, *, sync: bool = False) -> Path:

@@ -563,6 +563,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {message}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     finally:
+        from .run_dir import release
+
+        release()  # the run dir this process took (hops.run_dir.OwnRunDir), also after a user error's exit
         sys.argv = saved_argv
         if not user_full_error:
             os.environ.pop("HYDRA_FULL_ERROR", None)

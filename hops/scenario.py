@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import ScenarioError
+from .errors import ScenarioError, echo
 
 SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
 REQUIRED_SECTIONS = ("simulation", "pipeline", "hardware")
@@ -187,7 +187,7 @@ def _fail(path: str, message: str, src):
 
 def _choice(value, path, choices, src):
     if value is not None and value not in choices:
-        _fail(path, f"got {value!r}; expected one of {', '.join(map(str, choices))}", src)
+        _fail(path, f"got {echo(value)}; expected one of {', '.join(map(str, choices))}", src)
     return value
 
 
@@ -200,7 +200,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     devices, seen = [], set()
     for i, d in enumerate(hw.devices):
         if d.id in seen:
-            _fail(f"hardware.devices[{i}].id", f"duplicate device id {d.id!r}", src)
+            _fail(f"hardware.devices[{i}].id", f"duplicate device id {echo(d.id)}", src)
         seen.add(d.id)
         _choice(d.gpu, f"hardware.devices[{i}].gpu", tuple(catalog.devices), src)
         devices.append(DeviceSpec(d.id, d.gpu, d.node if d.node is not None else d.id, d.socket))
@@ -210,7 +210,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     stages = []
     for i, st in enumerate(pipe.stages):
         if st.device not in device_ids:
-            _fail(f"pipeline.stages[{i}].device", f"unknown device {st.device!r}; expected one of hardware.devices "
+            _fail(f"pipeline.stages[{i}].device", f"unknown device {echo(st.device)}; expected one of hardware.devices "
                                                   f"ids: {known}", src)
         c = st.compute
         if c.mode == "analytical":
@@ -229,15 +229,15 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     try:
         scheduler = resolve_scheduler(schedule)
     except (KeyError, ImportError, ValueError, TypeError) as exc:
-        _fail("pipeline.schedule", str(exc.args[0] if exc.args else exc) or f"cannot load scheduler {schedule!r}",
+        _fail("pipeline.schedule", str(exc.args[0] if exc.args else exc) or f"cannot load scheduler {echo(schedule)}",
               src)
     accepted = getattr(scheduler, "option_names", None)
     if accepted is not None:
         for key in pipe.scheduler_options:
             if key not in accepted:
                 _fail(f"pipeline.scheduler_options.{key}",
-                      f"unknown option for scheduler {schedule!r}; expected one of {', '.join(accepted)}"
-                      if accepted else f"scheduler {schedule!r} takes no options", src)
+                      f"unknown option for scheduler {echo(schedule)}; expected one of {', '.join(accepted)}"
+                      if accepted else f"scheduler {echo(schedule)} takes no options", src)
 
     if opt.post_validation and not getattr(scheduler, "post_validation", False):
         from .schedulers import honouring_post_validation
@@ -255,7 +255,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
             path = f"{section}[{i}]"
             for end in ("src", "dst"):
                 if getattr(ln, end) not in device_ids:
-                    _fail(f"{path}.{end}", f"unknown device {getattr(ln, end)!r}; expected one of {known}", src)
+                    _fail(f"{path}.{end}", f"unknown device {echo(getattr(ln, end))}; expected one of {known}", src)
             values = {}
             if getattr(ln, "type", None) is not None:
                 values.update(catalog.interconnects[_choice(ln.type, f"{path}.type", interconnects, src)])

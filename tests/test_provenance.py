@@ -25,8 +25,10 @@ SCENARIO = REPO / "conf" / "scenario" / "hetero_pp4.yaml"
 NOT_MODEL = {
     "hops/__init__.py": "re-exports only",
     "hops/errors.py": "exception types",
+    "hops/physical.py": "refuses impossible derived durations and sizes; passes every other value unchanged",
     "hops/provenance.py": "this list and the fingerprint",
     "hops/run.py": "Hydra app: composes a scenario and writes outputs",
+    "hops/run_dir.py": "locks and clears a run's output directory",
     "hops/sweep.py": "reports on finished runs",
     "hops/chrome_trace.py": "an output format of a finished timeline",
     "hops/outputs.py": "atomic writers and formats of finished results",

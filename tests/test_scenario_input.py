@@ -455,3 +455,92 @@ def test_a_set_value_in_exponent_notation_is_a_number():
     assert Catalog.load(["model.k_floor_ms=1e-3"]).model["k_floor_ms"] == 0.001
     with pytest.raises(CatalogError, match="expected a number, got 'fast'"):
         Catalog.load(["devices.a10g.memory_bandwidth_gbps=fast"])
+
+
+# --------------------------------------------------------------------------- values of the wrong shape
+def _paths(node, path=()):
+    """Every value's path in a scenario document (keys and list indices)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield path + (k,)
+            yield from _paths(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield path + (i,)
+            yield from _paths(v, path + (i,))
+
+
+def _put(doc, path, value):
+    for k in path[:-1]:
+        doc = doc[k]
+    doc[path[-1]] = value
+
+
+SHIPPED = sorted((REPO / "conf" / "scenario").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("scenario", SHIPPED, ids=[f.stem for f in SHIPPED])
+def test_a_mapping_or_list_in_any_field_is_a_one_line_error(scenario):
+    """Swapping a section into a scalar field (stages[3].compute.mode <-> simulation) raised
+    `TypeError: unhashable type: 'dict'` from the schema; every field must name itself instead."""
+    doc = yaml.safe_load(scenario.read_text())
+    swapped = 0
+    for path in _paths(doc):
+        for wrong in ({"kind": "constant", "ms": 1.0}, [1, 2]):
+            d = json.loads(json.dumps(doc))
+            _put(d, path, wrong)
+            try:
+                load_scenario(d)
+            except hops.ScenarioError as exc:
+                assert "\n" not in str(exc) and str(exc), (path, str(exc))
+            swapped += 1
+    assert swapped > 50
+
+
+def test_swapping_compute_mode_and_simulation_names_the_field():
+    doc = yaml.safe_load((REPO / "conf" / "scenario" / "hetero_pp4.yaml").read_text())
+    compute = doc["pipeline"]["stages"][3]["compute"]
+    compute["mode"], doc["simulation"] = doc["simulation"], compute.get("mode", "analytical")
+    with pytest.raises(hops.ScenarioError, match=r"^simulation: expected a mapping, got 'analytical'$"):
+        load_scenario(doc)
+    doc["simulation"] = compute["mode"]  # now only the mode holds a mapping
+    with pytest.raises(hops.ScenarioError, match=r"^pipeline.stages\[3\].compute.mode: expected a string, got dict$"):
+        load_scenario(doc)
+    doc = pipeline(2, 2)
+    doc["pipeline"]["stages"][0]["compute"]["forward"]["kind"] = {"constant": 1}
+    with pytest.raises(hops.ScenarioError, match=r"forward.kind: expected a string, got dict$"):
+        load_scenario(doc)
+
+
+LONG = "x" * 10_000
+LONG_VALUES = {
+    "device gpu": lambda s: s["hardware"]["devices"][0].update(gpu=LONG),
+    "stage device": lambda s: s["pipeline"]["stages"][0].update(device=LONG),
+    "schedule": lambda s: s["pipeline"].update(schedule=LONG),
+    "precision": lambda s: s["pipeline"].update(precision=LONG),
+    "a number field": lambda s: s["simulation"].update(microbatches=LONG),
+    "a bool field": lambda s: s["optimizer"].update(enabled=LONG),
+    "an unknown key": lambda s: s["simulation"].update({LONG: 1}),
+    "an output path": lambda s: s["output"].update(paths={"summary": "/" + LONG}),
+    "a duplicate device id": lambda s: s["hardware"]["devices"].append(dict(s["hardware"]["devices"][0], id=LONG))
+    or s["hardware"]["devices"].append(dict(s["hardware"]["devices"][0], id=LONG)),
+    "a link end": lambda s: s["overrides"]["links"][0].update(src=LONG),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LONG_VALUES))
+def test_an_echoed_10kb_value_is_shortened(case):
+    """The error names the field and shows the start of the value and its length, not 10 kB."""
+    with pytest.raises(hops.ScenarioError) as err:
+        load_scenario(mutate(LONG_VALUES[case]))
+    msg = str(err.value)
+    assert len(msg) < 400 and "\n" not in msg, (len(msg), msg[:500])
+    assert "xxxxxxxxxx" in msg and "characters)" in msg, msg
+
+
+def test_the_cli_shortens_an_echoed_value(tmp_path):
+    f = tmp_path / "long.yaml"
+    f.write_text(yaml.safe_dump(mutate(LONG_VALUES["device gpu"])))
+    line = one_line_exit_2(cli("hops.run", f"scenario_file={f}", f"hydra.run.dir={tmp_path / 'run'}"),
+                           "hardware.devices[0].gpu")
+    assert len(line) < 500, len(line)

@@ -150,6 +150,34 @@ def test_each_error_names_file_and_line(tmp_path, mutation, words):
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize("field, value, words", [
+    ("end_wall_ns", T0 + 10**15, "event lasts 999,999,986,800,000 ns (1e+06 s) but the rest of the run spans 47,000,000 ns (0.047 s)"),
+    ("start_wall_ns", T0 - 10**15, "event lasts"),
+    ("end_wall_ns", 2**63, "end_wall_ns 9223372036854775808 is beyond int64"),
+    ("start_wall_ns", -2**63 - 1, "start_wall_ns -9223372036854775809 is beyond int64"),
+    ("end_wall_ns", 10**40, "end_wall_ns 10000000000000000000000000000000000000000 is beyond int64"),
+])
+def test_an_event_that_cannot_belong_to_the_run_is_refused(tmp_path, field, value, words):
+    """A 12-day compute event in a run of milliseconds, or a time past int64, imported cleanly and
+    stretched the measured window a millionfold (bubble error in the millions, rho -1)."""
+    root = write_fixture(tmp_path / "f", _mutate(two_stage_trace(), field=field, value=value))
+    with pytest.raises(TraceError) as err:
+        load(root, tmp_path)
+    msg = str(err.value)
+    assert "rank1.jsonl:3: " in msg and words in msg and "expected" in msg, msg
+    assert "\n" not in msg
+
+
+def test_the_longest_real_event_is_still_inside_its_run(tmp_path):
+    """The bound is the rest of the run's span, so a long but real event (a slow optimizer step
+    at the end, a first forward that waited on the data loader) still imports."""
+    ranks = two_stage_trace()
+    ranks[0][0] = event(0, 5, 0, "FORWARD", 0.0, 11.0)  # starts before everything, ends inside
+    ranks[1][-1] = event(1, 6, 1, "OPTIMIZER", 60.0, 30.0)  # ends after everything else
+    tl = load(write_fixture(tmp_path / "f", ranks), tmp_path)
+    assert tl.end_ms.max() - tl.start_ms.min() == pytest.approx(90.0)
+
+
 def test_invalid_json_names_file_and_line(tmp_path):
     root = write_fixture(tmp_path / "f", two_stage_trace())
     path = root / "megatron_trace" / "rank0.jsonl"

@@ -46,6 +46,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .. import physical
 from .config import Component, FailureConfig
 
 MS_PER_HOUR = 3_600_000.0
@@ -389,12 +390,13 @@ def simulate_horizon(cfg: FailureConfig, *, iteration_ms: float, n_devices: int,
     interval = ck.interval_minutes if checkpoint_interval_minutes is None else checkpoint_interval_minutes
     if not interval > 0:
         raise ValueError(f"checkpoint interval must be > 0, got {interval!r}")
+    dev = _device_mtbf(cfg, units["gpu"], device_mtbf_hours)
+    physical.check_horizon(cfg, units, dev, interval)
     every = max(1, round(interval * MS_PER_MIN / iteration_ms))
 
     # ---- draw every fault process up front, each from its own stream
     # (t_ms, order, kind, component, hardware, effect, duration_ms)
     ev: list[tuple] = []
-    dev = _device_mtbf(cfg, units["gpu"], device_mtbf_hours)
     if dev is not None:
         t, _ = _failure_times(fault_rng(seed, "device"), dev, cfg.devices.distribution,
                               cfg.devices.weibull_shape, H)

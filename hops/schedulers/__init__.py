@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 
+from ..errors import echo
 from .base import DeviceOrderScheduler, PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
 from .classic import GPipe, OneFOneB
 from .hetero_search import HeteroSearch
@@ -40,11 +41,11 @@ def resolve_scheduler(name: str) -> type[Scheduler]:
         try:
             cls = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
-            raise KeyError(f"cannot import scheduler {name!r} ({exc})") from None
+            raise KeyError(f"cannot import scheduler {echo(name)} ({exc})") from None
         if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
-            raise KeyError(f"{name!r} is not a hops.schedulers.Scheduler subclass")
+            raise KeyError(f"{echo(name)} is not a hops.schedulers.Scheduler subclass")
         return cls
-    raise KeyError(f"unknown scheduler {name!r}; expected one of {', '.join(available())} or a dotted path")
+    raise KeyError(f"unknown scheduler {echo(name)}; expected one of {', '.join(available())} or a dotted path")
 
 
 __all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",

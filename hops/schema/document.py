@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ScenarioError
+from ..errors import ScenarioError, echo
 
 MAX_NODES = 1_000_000  # a PP64 x 1024 scenario is a few hundred nodes; 1e6 is far past any real one
 
@@ -36,7 +36,7 @@ def _construct_mapping(loader, node, deep=False):
             continue
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark)
+                None, None, f"duplicate key {echo(key)} (first on line {seen[key] + 1})", key_node.start_mark)
         seen[key] = key_node.start_mark.line
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from ..errors import echo
 from .fields import (MAX_COUNT, MAX_HORIZON_HOURS, Bool, DictOf, Int, ListOf, Num, Section, Str, check_number,
                      fail, show)
 
@@ -21,7 +22,7 @@ def _mtbf(v: Any):
     """A number > 0, "preset", or a mapping of device id / gpu type / default -> hours."""
     if isinstance(v, str):
         if v != "preset":
-            raise fail(f"got {v!r}; expected a number > 0, 'preset' or a mapping")
+            raise fail(f"got {echo(v)}; expected a number > 0, 'preset' or a mapping")
         return v
     if isinstance(v, Mapping):
         if not v:
@@ -158,7 +159,7 @@ class FailureModel(Section):
         seen = set()
         for i, c in enumerate(self.components):
             if c.name in seen or c.name in ("device", "link"):
-                raise fail(f"got {c.name!r}; names must be unique and not 'device' or 'link'",
+                raise fail(f"got {echo(c.name)}; names must be unique and not 'device' or 'link'",
                            key=f"components[{i}].name")
             seen.add(c.name)
         return self

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from ..errors import ECHO_CHARS, echo
+
 # Sizes above these are refused up front (docs/legacy_scenarios.md#bounds): they are far
 # beyond any real job, and values like 1e300 or 1e9 microbatches would otherwise overflow
 # or run for hours before failing.
@@ -34,7 +36,7 @@ def fail(message: str, key: str | None = None) -> PydanticCustomError:
 
 
 def show(v: Any) -> str:
-    return repr(v) if isinstance(v, (int, float, str, bool)) or v is None else type(v).__name__
+    return echo(v) if isinstance(v, (int, float, str, bool)) or v is None else type(v).__name__
 
 
 def _range_text(gt, ge, lt, le, what: str) -> str:
@@ -67,16 +69,16 @@ def check_number(v: Any, *, gt=None, ge=None, lt=None, le=None, integer=False, c
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise fail(f"expected {what}, got {show(v)}")
     if isinstance(v, float) and not math.isfinite(v):
-        raise fail(f"expected a finite number, got {v!r}")
+        raise fail(f"expected a finite number, got {echo(v)}")
     if integer:
         if isinstance(v, float) and not v.is_integer():
-            raise fail(f"expected an integer, got {v!r}")
+            raise fail(f"expected an integer, got {echo(v)}")
         v = int(v)
     else:
         v = float(v)
     if ((gt is not None and not v > gt) or (ge is not None and not v >= ge)
             or (lt is not None and not v < lt) or (le is not None and not v <= le)):
-        raise fail(f"got {v!r}; expected {_range_text(gt, ge, lt, le, 'a number')}")
+        raise fail(f"got {echo(v)}; expected {_range_text(gt, ge, lt, le, 'a number')}")
     if cap is not None and v > cap:
         raise fail(f"got {v:g}; expected at most {cap:,g} (HOPS's size bound, see docs/legacy_scenarios.md#bounds)")
     return v
@@ -105,7 +107,7 @@ def check_str(v: Any, choices=None, *, nonempty=False):
     if not isinstance(v, str) or (nonempty and not v):
         raise fail(f"expected {'a non-empty' if nonempty else 'a'} string, got {show(v)}")
     if choices is not None and v not in choices:
-        raise fail(f"got {v!r}; expected one of {', '.join(choices)}")
+        raise fail(f"got {echo(v)}; expected one of {', '.join(choices)}")
     return v
 
 
@@ -175,5 +177,6 @@ def closed_mapping(data: Any, known) -> dict:
         raise fail(f"expected a mapping, got {show(data)}")
     for key in data:
         if key not in known:
-            raise fail(f"unknown key; expected one of {', '.join(sorted(known))}", key=str(key))
+            name = str(key) if len(str(key)) <= ECHO_CHARS else echo(key)  # a path, not a page
+            raise fail(f"unknown key; expected one of {', '.join(sorted(known))}", key=name)
     return {k: v for k, v in data.items() if v is not None}

@@ -11,7 +11,7 @@ import copy
 import math
 from typing import Any
 
-from ..errors import ScenarioError
+from ..errors import ScenarioError, echo
 
 LEGACY_OUTPUTS = {"summary_json": "summary", "trace_csv": "events", "timeline": "timeline", "dashboard": "dashboard"}
 LEGACY_FAILURE = ("device_failure_probability", "link_failure_probability", "check_interval_ms", "recovery_time_ms")
@@ -42,11 +42,11 @@ class _Translator:
 
     def number(self, value, path: str, *, ge=None, lt=None) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            self.fail(path, f"expected a finite number, got {value!r}")
+            self.fail(path, f"expected a finite number, got {echo(value)}")
         if (ge is not None and value < ge) or (lt is not None and value >= lt):
             bounds = " and ".join(t for t in (f">= {ge:g}" if ge is not None else "",
                                               f"< {lt:g}" if lt is not None else "") if t)
-            self.fail(path, f"got {value!r}; expected a number {bounds}")
+            self.fail(path, f"got {echo(value)}; expected a number {bounds}")
         return float(value)
 
     def distribution(self, d: Any, path: str, scale: float = 1.0) -> dict:
@@ -63,7 +63,7 @@ class _Translator:
         keys = {"normal": {"type", "mean", "std"}, "constant": {"type", "value", "mean"},
                 "lognormal": {"type", "mean", "std", "cv"}}
         if kind not in keys:
-            self.fail(f"{path}.type", f"got {kind!r}; expected one of {', '.join(keys)} (legacy) "
+            self.fail(f"{path}.type", f"got {echo(kind)}; expected one of {', '.join(keys)} (legacy) "
                                       f"or a HOPS distribution {{kind: constant|normal|lognormal|pareto, ...}}")
         for key in d:
             if key not in keys[kind]:
@@ -111,9 +111,9 @@ class _Translator:
                 j = c.pop("jitter")
                 jp = f"{path}.jitter"
                 if not isinstance(j, dict) or j.get("type", "normal") != "normal" or set(j) - {"type", "mean", "std"}:
-                    self.fail(jp, f"expected {{type: normal, mean: 0, std: <relative spread>}}, got {j!r}")
+                    self.fail(jp, f"expected {{type: normal, mean: 0, std: <relative spread>}}, got {echo(j)}")
                 if self.number(j.get("mean", 0.0), f"{jp}.mean") != 0.0:
-                    self.fail(f"{jp}.mean", f"got {j['mean']!r}; expected 0 (a systematic slowdown is "
+                    self.fail(f"{jp}.mean", f"got {echo(j['mean'])}; expected 0 (a systematic slowdown is "
                                             f"overrides.devices.<id>.slowdown)")
                 st["compute_jitter"] = self.number(j.get("std", 0.0), f"{jp}.std", ge=0)
                 jitter_stages.append(i)
@@ -127,7 +127,7 @@ class _Translator:
 
     def efficiency(self, stage: dict, eff: Any, path: str) -> None:
         if not isinstance(eff, dict) or set(eff) - {"compute", "memory"}:
-            self.fail(path, f"expected {{compute: 0..1, memory: 0..1}}, got {eff!r}")
+            self.fail(path, f"expected {{compute: 0..1, memory: 0..1}}, got {echo(eff)}")
         device = stage.get("device")
         gpu = next((d.get("gpu") for d in (self.doc.get("hardware") or {}).get("devices") or []
                     if isinstance(d, dict) and d.get("id") == device), None)
@@ -145,11 +145,11 @@ class _Translator:
                 continue
             e = self.number(eff[key], f"{path}.{key}", ge=0)
             if not 0 < e <= 1:
-                self.fail(f"{path}.{key}", f"got {eff[key]!r}; expected a number in (0, 1]")
+                self.fail(f"{path}.{key}", f"got {echo(eff[key])}; expected a number in (0, 1]")
             value = float(preset[field_]) * e * factor
             prev = mine.get(f"_legacy_{field_}")
             if prev is not None and prev != value:
-                self.fail(f"{path}.{key}", f"differs from another stage on device {device!r}; HOPS takes one "
+                self.fail(f"{path}.{key}", f"differs from another stage on device {echo(device)}; HOPS takes one "
                                            f"value per device (overrides.devices.{device}.{field_})")
             mine[field_] = mine[f"_legacy_{field_}"] = value
 
@@ -171,12 +171,12 @@ class _Translator:
         acc = opt.pop("accumulation_steps", None)
         if acc is not None:
             if isinstance(acc, bool) or not isinstance(acc, int) or acc < 1:
-                self.fail("optimizer.accumulation_steps", f"got {acc!r}; expected an integer >= 1")
+                self.fail("optimizer.accumulation_steps", f"got {echo(acc)}; expected an integer >= 1")
             if acc > 1:
                 sim = self.doc.get("simulation") or {}
                 batches, mbs = sim.get("batches", 1), sim.get("microbatches")
                 if not isinstance(batches, int) or not isinstance(mbs, int) or batches % acc:
-                    self.fail("optimizer.accumulation_steps", f"got {acc}; simulation.batches ({batches!r}) must "
+                    self.fail("optimizer.accumulation_steps", f"got {acc}; simulation.batches ({echo(batches)}) must "
                                                               f"be a multiple of it")
                 sim["batches"], sim["microbatches"] = batches // acc, mbs * acc
                 self.notes.append(f"optimizer.accumulation_steps: HOPS steps the optimizer once per iteration; "
@@ -185,17 +185,17 @@ class _Translator:
         allreduce = opt.pop("allreduce", None)
         if allreduce is not None:
             if not isinstance(allreduce, dict) or set(allreduce) - {"algorithm"}:
-                self.fail("optimizer.allreduce", f"expected {{algorithm: ring|naive}}, got {allreduce!r}")
+                self.fail("optimizer.allreduce", f"expected {{algorithm: ring|naive}}, got {echo(allreduce)}")
             dp = opt.setdefault("data_parallel", {}) or {}
             opt["data_parallel"] = dp
             if "algorithm" in allreduce:
                 dp.setdefault("algorithm", allreduce["algorithm"])
         gradient = opt.pop("gradient_mb", None)
         if gradient is not None or allreduce is not None:
-            grad = "" if gradient is None else f" (gradient_mb={gradient!r} is not used)"
+            grad = "" if gradient is None else f" (gradient_mb={echo(gradient)} is not used)"
             degree = (opt.get("data_parallel") or {}).get("degree", 1)
             self.notes.append(f"optimizer.gradient_mb/allreduce: HOPS all-reduces each stage's weights_mb across "
-                              f"optimizer.data_parallel.degree replicas (here {degree!r}){grad}; the algorithm is "
+                              f"optimizer.data_parallel.degree replicas (here {echo(degree)}){grad}; the algorithm is "
                               f"optimizer.data_parallel.algorithm")
         update = opt.pop("update", None)
         if update is not None:
@@ -225,7 +225,7 @@ class _Translator:
             if p:
                 ms = self.number(interval, "failure.check_interval_ms", ge=0)
                 if ms <= 0:
-                    self.fail("failure.check_interval_ms", f"got {interval!r}; expected a number > 0")
+                    self.fail("failure.check_interval_ms", f"got {echo(interval)}; expected a number > 0")
                 hours = ms / -math.log1p(-p) / 3.6e6  # exponential time to failure with P(fail in interval) = p
                 sec = f.setdefault(section, {}) or {}
                 f[section] = sec

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from ..errors import echo
 from .failure import FailureModel
 from .fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, DictOf, Int, ListOf, Num,
                      Section, Str, check_number, closed_mapping, fail, show)
@@ -47,7 +48,7 @@ class DistributionModel(Section):
     def _closed_mapping(cls, data: Any):
         data = closed_mapping(data, cls.model_fields)
         kind = data.get("kind")
-        if kind in DIST_KINDS:
+        if isinstance(kind, str) and kind in DIST_KINDS:  # any other kind: the field's own check names it
             data = closed_mapping(data, ("kind", *DIST_KINDS[kind]))
             for key in DIST_KINDS[kind]:
                 if key not in data:
@@ -78,9 +79,10 @@ class ComputeModel(Section):
     @model_validator(mode="before")
     @classmethod
     def _closed_mapping(cls, data: Any):
-        data = closed_mapping(data, cls.model_fields if not isinstance(data, dict) else
-                              COMPUTE_MODES.get(data.get("mode") or "analytical", cls.model_fields))
-        return data
+        mode = data.get("mode") or "analytical" if isinstance(data, dict) else None
+        # a mode that is not a string (a mapping swapped in) is refused by the field's own check
+        return closed_mapping(data, COMPUTE_MODES.get(mode, cls.model_fields) if isinstance(mode, str)
+                              else cls.model_fields)
 
     @model_validator(mode="after")
     def _complete(self):
@@ -213,7 +215,7 @@ def _relative_path(v: Any):
     if not isinstance(v, str) or not v:
         raise fail(f"expected a relative file path, got {show(v)}")
     if PurePosixPath(v).is_absolute() or PureWindowsPath(v).is_absolute() or ".." in PurePosixPath(v).parts:
-        raise fail(f"got {v!r}; expected a path inside the run directory (relative, no '..')")
+        raise fail(f"got {echo(v)}; expected a path inside the run directory (relative, no '..')")
     return v
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import TraceError, echo
 from .guard import check_fixture_dir, check_path
 from .megatron import json_lines, stage_map
 
@@ -52,17 +52,17 @@ def _sender_points(path: Path) -> tuple[np.ndarray, np.ndarray]:
             raise TraceError(f"{where}: row is {type(rec).__name__}, expected a JSON object")
         for name in ("rank", "size_mb", "p50_ms"):
             if name not in rec:
-                raise TraceError(f"{where}: missing field {name!r}, expected rank, size_mb and p50_ms")
+                raise TraceError(f"{where}: missing field {echo(name)}, expected rank, size_mb and p50_ms")
         if not isinstance(rec["rank"], int) or isinstance(rec["rank"], bool) or rec["rank"] < 0:
-            raise TraceError(f"{where}: field 'rank' is {rec['rank']!r}, expected an integer >= 0")
+            raise TraceError(f"{where}: field 'rank' is {echo(rec['rank'])}, expected an integer >= 0")
         for name in NUMBER_FIELDS:
             if name not in rec:
                 continue
             val = rec[name]
             if not isinstance(val, (int, float)) or isinstance(val, bool):
-                raise TraceError(f"{where}: field {name!r} is {val!r}, expected a number")
+                raise TraceError(f"{where}: field {echo(name)} is {echo(val)}, expected a number")
             if not math.isfinite(val) or val < 0:
-                raise TraceError(f"{where}: field {name!r} is {val!r}, expected a finite number >= 0")
+                raise TraceError(f"{where}: field {echo(name)} is {echo(val)}, expected a finite number >= 0")
         if rec["size_mb"] <= 0 or rec["p50_ms"] <= 0:
             raise TraceError(f"{where}: size_mb={rec['size_mb']} p50_ms={rec['p50_ms']}, expected both > 0")
         if rec["rank"] != SENDER_RANK:

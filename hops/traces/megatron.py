@@ -12,6 +12,7 @@ kept: dropping them is a metrics rule (hops.metrics), not an import decision.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -21,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import TraceError, echo
 from ..timeline import EVENTS_CSV_HEADER, Timeline
 from .guard import check_fixture_dir, check_path
 
 # Bump when the mapping below changes so stale caches are never served.
-IMPORTER_VERSION = "2"
+IMPORTER_VERSION = "3"  # 3: events outside their run and times beyond int64 are refused
 
 # Split-backward traces (zero-bubble style) may report input- and weight-gradient
 # work separately; a fused BACKWARD stays "BW" so it is not mistaken for either.
@@ -43,6 +44,7 @@ REQUIRED = {
     "start_wall_ns": int, "end_wall_ns": int, "device_id": str,
 }
 TRANSFER_REQUIRED = {"src_device": str, "dst_device": str}
+INT64 = (-2**63, 2**63 - 1)  # the range of a wall clock in ns (time.time_ns, CUDA events, numpy)
 
 
 # torchrun --tee / --redirects: "[default0]:", "[rank3]:", possibly stacked ("[default0]:[rank0]:").
@@ -104,7 +106,7 @@ def json_lines(path: Path, what: str, event_keys=EVENT_KEYS):
                 text = LAUNCHER_PREFIX.sub("", text, count=1).strip()
             if not text.startswith("{"):
                 if any(key in text for key in event_keys):
-                    raise TraceError(f"{where}: an event behind an unrecognised prefix ({text[:40]!r}...), "
+                    raise TraceError(f"{where}: an event behind an unrecognised prefix ({echo(text[:40])}...), "
                                      f"expected the JSON object at the start of the line or after a "
                                      f"launcher prefix like [default0]:")
                 continue
@@ -171,25 +173,29 @@ def _check(rec, path: Path, lineno: int, devices: tuple[str, ...]):
         need.update(TRANSFER_REQUIRED)
     for name, typ in need.items():
         if name not in rec:
-            raise TraceError(f"{where}: missing field {name!r}, expected every event to have {sorted(need)}")
+            raise TraceError(f"{where}: missing field {echo(name)}, expected every event to have {sorted(need)}")
         val = rec[name]
         if not isinstance(val, typ) or isinstance(val, bool):
-            raise TraceError(f"{where}: field {name!r} is {val!r}, expected {typ.__name__}")
+            raise TraceError(f"{where}: field {echo(name)} is {echo(val)}, expected {typ.__name__}")
     if rec["event_type"] not in EVENT_TYPES:
-        raise TraceError(f"{where}: unknown event_type {rec['event_type']!r}, expected one of {list(EVENT_TYPES)}")
+        raise TraceError(f"{where}: unknown event_type {echo(rec['event_type'])}, expected one of {list(EVENT_TYPES)}")
     if rec["phase"] not in PHASE_MAP:
-        raise TraceError(f"{where}: unknown phase {rec['phase']!r}, expected one of {list(PHASE_MAP)}")
+        raise TraceError(f"{where}: unknown phase {echo(rec['phase'])}, expected one of {list(PHASE_MAP)}")
+    for name in ("start_wall_ns", "end_wall_ns"):
+        if not INT64[0] <= rec[name] <= INT64[1]:
+            raise TraceError(f"{where}: {name} {echo(rec[name])} is beyond int64, expected a wall-clock time in ns "
+                             f"within +-2^63")
     if rec["end_wall_ns"] < rec["start_wall_ns"]:
         raise TraceError(f"{where}: end_wall_ns {rec['end_wall_ns']} is before start_wall_ns "
                          f"{rec['start_wall_ns']}, expected end >= start")
     if not 0 <= rec["stage"] < len(devices):
         raise TraceError(f"{where}: stage {rec['stage']} is not in hops_trace_map.json, expected 0..{len(devices) - 1}")
     if rec["device_id"] != devices[rec["stage"]]:
-        raise TraceError(f"{where}: device_id {rec['device_id']!r} but hops_trace_map.json puts stage "
-                         f"{rec['stage']} on {devices[rec['stage']]!r}, expected them to agree")
+        raise TraceError(f"{where}: device_id {echo(rec['device_id'])} but hops_trace_map.json puts stage "
+                         f"{rec['stage']} on {echo(devices[rec['stage']])}, expected them to agree")
     if rec["event_type"] == "transfer" and rec["src_device"] != rec["device_id"]:
-        raise TraceError(f"{where}: transfer src_device {rec['src_device']!r} differs from device_id "
-                         f"{rec['device_id']!r}, expected transfers to be logged by the sending rank")
+        raise TraceError(f"{where}: transfer src_device {echo(rec['src_device'])} differs from device_id "
+                         f"{echo(rec['device_id'])}, expected transfers to be logged by the sending rank")
     if rec["microbatch"] < 0 or rec["iteration"] < 0:
         raise TraceError(f"{where}: negative iteration/microbatch, expected counters >= 0")
 
@@ -200,12 +206,37 @@ def _read_events(files: list[Path], devices: tuple[str, ...]) -> list[dict]:
         before = len(events)
         for lineno, rec in json_lines(path, "JSON trace event"):
             _check(rec, path, lineno, devices)
-            rec["_file"] = path
+            rec["_file"], rec["_line"] = path, lineno
             events.append(rec)
         if len(events) == before:
             raise TraceError(f"{path}: no trace events (only log noise), expected JSON event lines")
+    _check_within_run(events)
     _check_complete(events, devices)
     return events
+
+
+def _check_within_run(events: list[dict]) -> None:
+    """No event lasts longer than the rest of the run spans: such an event cannot belong to it.
+
+    A clock jump or a corrupt field (a compute event of 10^15 ns, twelve days, in a run of
+    seconds) imported cleanly and then stretched the measured window by a million, so the
+    bubble error read millions of points and rho flipped sign. The rest of the run is every
+    other event: the span from the earliest start to the latest end among them (the two
+    earliest starts and latest ends give it for every event in one pass).
+    """
+    if len(events) < 2:
+        return
+    starts = heapq.nsmallest(2, range(len(events)), key=lambda k: events[k]["start_wall_ns"])
+    ends = heapq.nlargest(2, range(len(events)), key=lambda k: events[k]["end_wall_ns"])
+    for k, e in enumerate(events):
+        first = events[starts[1] if k == starts[0] else starts[0]]["start_wall_ns"]
+        last = events[ends[1] if k == ends[0] else ends[0]]["end_wall_ns"]
+        span = max(last - first, 0)
+        took = e["end_wall_ns"] - e["start_wall_ns"]
+        if took > span:
+            raise TraceError(f"{e['_file']}:{e['_line']}: event lasts {took:,} ns ({took / 1e9:.3g} s) but the rest "
+                             f"of the run spans {span:,} ns ({span / 1e9:.3g} s), expected an event inside its run "
+                             f"(a clock jump or a corrupt start_wall_ns/end_wall_ns?)")
 
 
 def _check_complete(events: list[dict], devices: tuple[str, ...]) -> None:
