@@ -163,7 +163,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
         bwd_codes=[({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode],
         either=[v == SPLIT_EITHER for v in smode], tasks_per_stage=[m * (3 if v else 2) for v in smode],
-        phys=phys, blocking_send=bool(catalog.model["blocking_p2p"]))
+        phys=phys, blocking_send=laid.meta.blocking_send)
     uses = Counter(k for k in chain(fwd_link, bwd_link) if k is not None)
     links_state = Links([lp.transfer_ms(msg_mb) for lp in links],
                         [lognormal_unit(rngs["comm"], lp.jitter, uses[k] * n_total).tolist() if lp.jitter > 0
@@ -276,7 +276,7 @@ def lay_out(ctx: _Context, placement) -> Placed:
         transfer_ms=[links[fwd_link[s]].transfer_ms(ctx.msg_mb) if fwd_link[s] is not None else 0.0
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
-        post_validation=sc.post_validation,
+        post_validation=sc.post_validation, blocking_send=bool(ctx.catalog.model["blocking_p2p"]),
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),

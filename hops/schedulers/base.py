@@ -33,6 +33,9 @@ class PipelineMeta:
     # optimizer.post_validation: a stage starts the next iteration when its own optimizer step is
     # done, so iterations overlap (only schedules with ``post_validation = True`` see it set)
     post_validation: bool = False
+    # a stage waits for its p2p send to be delivered before its next task (Megatron without
+    # --overlap-p2p-comm): a scheduler that replays the engine must hold the device that long too
+    blocking_send: bool = False
     # The same pipeline under another placement (a list of (stage, chunk) per virtual stage,
     # as Scheduler.placement returns): a scheduler that picks its placement at configure time
     # (hetero_search) compares candidates with it and sets ``chosen_placement``; the engine then

@@ -119,9 +119,9 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
                     record: bool = False):
     """One iteration under expected times, with the engine's rules; returns (makespan, orders).
 
-    Mirrors hops.engine: a device runs one task at a time, each directed link is a FIFO,
-    events at equal times resolve in creation order, and only the stage an event concerns
-    is asked for work. The backward link s -> s-1 is taken to cost what s-1 -> s costs
+    Mirrors hops.engine: a device runs one task at a time (held until its send is delivered when
+    sends block), each directed link is a FIFO, events at equal times resolve in creation order,
+    and only the stage an event concerns is asked for work. The backward link s -> s-1 is taken to cost what s-1 -> s costs
     (PipelineMeta carries forward transfer times only).
     """
     p, m = meta.n_stages, meta.n_microbatches
@@ -134,6 +134,7 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
         by_dev[k].append(s2)
     on_dev = [by_dev[k] for k in sdev]
     shared = len(dev_ids) < p
+    blocking = meta.blocking_send
     fwd, bwd, xf, xb, n_links = pipeline_links(meta)
     link_free = [0.0] * n_links
 
@@ -177,7 +178,7 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
         seq += 1
         push(heap, (now + dur[s][code], seq, 0, s, j, code))
 
-    def send(lk: int, t_ms: float, dst: int, j: int, direction: int, now: float) -> None:
+    def send(lk: int, t_ms: float, dst: int, j: int, direction: int, now: float) -> float:
         nonlocal seq
         if lk < 0:
             arrive = now
@@ -187,6 +188,7 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
             link_free[lk] = arrive
         seq += 1
         push(heap, (arrive, seq, 1, dst, j, direction))
+        return arrive
 
     for s in range(p):
         start(s, 0.0)
@@ -195,25 +197,37 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
         if etype == 0:
             if now > end_max:
                 end_max = now
-            busy[sdev[s]] = False
+            sent = now
             if code == _F:
                 if s < p - 1:
-                    send(fwd[s], xf[s], s + 1, j, 1, now)
+                    sent = send(fwd[s], xf[s], s + 1, j, 1, now)
                 else:
                     b_ready[s][j] = 1
             else:
                 if code != _W and s > 0:
-                    send(bwd[s], xb[s], s - 1, j, -1, now)
+                    sent = send(bwd[s], xb[s], s - 1, j, -1, now)
                 if code == _B:
                     w_ready[s][j] = 1
                 else:
                     in_flight[s] -= 1
+            if blocking and sent > now:  # the device stays taken until its message is delivered
+                seq += 1
+                push(heap, (sent, seq, 2, s, j, code))
+                continue
+            busy[sdev[s]] = False
             if shared:
                 for s2 in on_dev[s]:
                     if not busy[sdev[s2]]:
                         start(s2, now)
             else:
                 start(s, now)
+        elif etype == 2:  # a blocking send was delivered
+            if now > end_max:
+                end_max = now
+            busy[sdev[s]] = False
+            for s2 in (on_dev[s] if shared else (s,)):
+                if not busy[sdev[s2]]:
+                    start(s2, now)
         else:
             if code > 0:
                 f_ready[s][j] = 1
@@ -428,6 +442,7 @@ def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -
     n, m = meta.n_stages, meta.n_microbatches
     inf = float("inf")
     f, b, w, bw = meta.f, meta.b, meta.w, meta.bw
+    blocking = meta.blocking_send
     fwd, bwd, xf, xb, n_links = pipeline_links(meta)
     link_free = [0.0] * n_links
     f_at = [[inf] * m for _ in range(n)]
@@ -465,6 +480,8 @@ def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -
                         else:
                             a = link_free[lk] if link_free[lk] > t_free else t_free
                             link_free[lk] = f_at[k + 1][j] = a + xf[k]
+                            if blocking:
+                                t_free = f_at[k + 1][j]
                     else:
                         b_at[k][j] = t_free
                 elif ph == "W":
@@ -480,6 +497,8 @@ def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -
                         else:
                             a = link_free[lk] if link_free[lk] > t_free else t_free
                             link_free[lk] = b_at[k - 1][j] = a + xb[k]
+                            if blocking:
+                                t_free = b_at[k - 1][j]
                 i += 1
                 left -= 1
                 progress = True
