@@ -5,7 +5,7 @@ import functools
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import engine, outputs, physical
 from .hardware import Catalog, Topology
@@ -51,13 +51,16 @@ def strict_json(obj) -> str:
     return outputs.summary_json(obj)
 
 
-def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None = None) -> Result:
-    """Simulate a scenario (dict, OmegaConf config, path or Scenario) with the given seed."""
+def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None = None,
+             on_iteration: Callable[[int, int], None] | None = None) -> Result:
+    """Simulate a scenario (dict, OmegaConf config, path or Scenario) with the given seed.
+
+    ``on_iteration(done, total)`` is called after each simulated iteration (for a progress line)."""
     catalog = catalog or Catalog.load()
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, catalog)
     seed = sc.seed if seed is None else int(seed)
     topo = Topology(sc, catalog)
-    res = engine.run(sc, catalog, seed, topology=topo)
+    res = engine.run(sc, catalog, seed, topology=topo, on_iteration=on_iteration)
     summary = summarize(res.timeline)
     summary.update({
         "schedule": sc.schedule,

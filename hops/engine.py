@@ -28,6 +28,8 @@ MAX_TASKS compute tasks per run. benchmarks/engine_bench.py measures about 10^5 
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
@@ -114,8 +116,11 @@ def activation_mb(scenario, catalog: Catalog) -> float:
     return 0.0
 
 
-def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topology | None = None) -> EngineResult:
-    """Simulate every iteration of the scenario; the steps live in hops.engine_core."""
+def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topology | None = None,
+        on_iteration: Callable[[int, int], None] | None = None) -> EngineResult:
+    """Simulate every iteration of the scenario; the steps live in hops.engine_core.
+
+    ``on_iteration(done, total)`` is called after each iteration (a progress line counts them)."""
     seed = scenario.seed if seed is None else int(seed)
     check_size(scenario)
     sched_cls = resolve_scheduler(scenario.schedule)
@@ -197,6 +202,8 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             ready = end_iteration_post_validated(record, it, stage_end, ar_ms, sync_ms, host[it], opt_ms, state_ms)
             release = [max(t for t, st in zip(ready, scenario.stages) if st.device == d) for d in dev_ids]
             t_iter = min(ready)
+        if on_iteration is not None:
+            on_iteration(it + 1, iters)
 
     tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev, placement, v_eff)
     link_stats = {lp.name: {"transfers": links_state.count[k], "contended": links_state.contended[k],

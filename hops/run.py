@@ -76,9 +76,13 @@ def task(cfg) -> float:
         from .scenario import LegacyScenarioWarning
 
         progress.phase(f"hops: simulating {_size(doc)}")
+
+        def iteration_done(done: int, total: int) -> None:
+            progress.phase(f"hops: simulating {_size(doc)}, {done} of {total} iterations done")
+
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LegacyScenarioWarning)
-            result = simulate(doc, catalog=catalog)
+            result = simulate(doc, catalog=catalog, on_iteration=iteration_done)
         for w in caught:  # legacy-field notes: one line each (docs/legacy_scenarios.md)
             if issubclass(w.category, LegacyScenarioWarning):
                 progress.write(f"note: {w.message}")
