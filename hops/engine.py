@@ -158,7 +158,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
         bwd_codes=[({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode],
         either=[v == SPLIT_EITHER for v in smode], tasks_per_stage=[m * (3 if v else 2) for v in smode],
-        phys=phys, blocking_send=bool(catalog.model["blocking_p2p"]))
+        phys=phys, blocking_send=not catalog.stacks[scenario.stack]["p2p_overlap"])
     uses = Counter(k for k in chain(fwd_link, bwd_link) if k is not None)
     links_state = Links([lp.transfer_ms(msg_mb) for lp in links],
                         [lognormal_unit(rngs["comm"], lp.jitter, uses[k] * n_total).tolist() if lp.jitter > 0
@@ -168,7 +168,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     # distribution when it gives one (a measured one already holds any stalls), else the model
     # constant plus the expected iteration-end stall of the hosts the final exchanges join.
     host = (draw(scenario.host_overhead, rngs["host"], iters).tolist() if scenario.host_overhead is not None
-            else [float(catalog.model["iteration_overhead_ms"]) + iteration_end_stall_ms(scenario, catalog, topo)]
+            else [float(catalog.stacks[scenario.stack]["iteration_overhead_ms"]) + iteration_end_stall_ms(scenario, catalog, topo)]
             * iters)
     opt_ms, sync_ms = laid.opt_ms, laid.sync_ms
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
@@ -309,12 +309,13 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         return [0.0] * scenario.n_stages
     if scenario.optimizer_step_ms is not None:
         return list(scenario.optimizer_step_ms)
-    m = catalog.model
+    m = catalog.constants(scenario.stack)
+    arch = scenario.architecture
     out = []
     for i, (st, dev, e) in enumerate(zip(scenario.stages, compute.devices, compute.expected)):
         if scenario.hidden_dim and e.layers:
             h = scenario.hidden_dim
-            params = e.layers * 12 * h * h
+            params = e.layers * (arch.layer_params() if arch is not None else 12 * h * h)
             if i in ends:
                 params += (scenario.vocab_size or m["vocab_size"]) * h
             traffic_mb = params * m["optimizer_step_bytes_per_param"] / 1e6

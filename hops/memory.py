@@ -29,7 +29,9 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
             act = st.activation_memory_mb
         else:
             layers = stage_layers(sc, st, m)
-            if layers and sc.hidden_dim and sc.seq_len:
+            if layers and sc.architecture is not None:
+                act = layers * layer_activation_bytes(sc, catalog) * sc.micro_batch_size / 1e6
+            elif layers and sc.hidden_dim and sc.seq_len:
                 act = layers * sc.seq_len * sc.hidden_dim * sc.micro_batch_size * \
                     m["activation_bytes_per_token_hidden"] / 1e6
             else:
@@ -41,6 +43,23 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
     order = sorted(peak, key=outputs.natural_key)
     return {"peak_memory_mb": {d: peak[d] for d in order}, "memory_capacity_mb": {d: capacity[d] for d in order},
             "memory_over_capacity": [d for d in order if peak[d] > capacity[d]]}
+
+
+def layer_activation_bytes(sc: Scenario, catalog: Catalog) -> float:
+    """Bytes one layer stashes per micro-batch row for its backward, from the architecture and the stack.
+
+    Without recomputation: the layer's tensors (Korthikanti et al. 2022, generalised in
+    hops.architecture) plus, under unfused attention, its scores; a flash kernel or selective
+    recomputation stashes no scores; full recomputation stashes only the layer's input (2 s h
+    bytes in bf16), the rest is rebuilt in the backward.
+    """
+    arch, stack = sc.architecture, catalog.stacks[sc.stack]
+    if stack["recompute"] == "full":
+        return arch.seq_len * arch.hidden * catalog.model["bytes_per_element"][sc.precision]
+    stashed = arch.activation_bytes()
+    if stack["attention"] == "unfused" and stack["recompute"] == "none":
+        stashed += arch.scores() * catalog.model["activation_score_bytes"]
+    return stashed
 
 
 def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | None = None) -> list[float]:

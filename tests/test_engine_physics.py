@@ -74,7 +74,7 @@ def test_an_optimizer_step_counts_as_busy_and_the_idle_splits_at_the_flush():
     and per stage the four parts add up to the iteration wall."""
     sc = pipeline(4, 8, schedule="1f1b", batches=3)
     sc["optimizer"] = {"enabled": True, "step_ms": [5.0, 6.0, 7.0, 8.0]}
-    s = hops.simulate(sc, catalog=Catalog.load({"model.iteration_overhead_ms": 0.0})).summary
+    s = hops.simulate(sc, catalog=Catalog.load({"stacks.megatron_core.iteration_overhead_ms": 0.0})).summary
     wall = s["makespan_ms"] / s["window"]["iterations"]
     parts = s["time_breakdown_ms_per_iteration"]
     assert len(parts) == 4
