@@ -12,6 +12,7 @@ import math
 from .compute import ComputeModel
 from .hardware import Catalog, Topology
 from .scenario import derived_compute
+from .schedulers import resolve_scheduler
 
 
 def split_layers(scenario, catalog: Catalog) -> list[int]:
@@ -20,20 +21,26 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
     microbatch (the pace of 1F1B's steady state), with at least one layer per stage.
 
     Stage times come from hops.compute for the scenario's own stack and devices, so the
-    embedding on the first stage and the LM head on the last count. Exact by dynamic
+    embedding and the LM head count where the schedule places the first and the last model
+    chunk (ZB-V's V runs both on the first stage). Exact by dynamic
     programming over (stage, layers so far); ties go to the smaller total. Unlike hops.planner.plan, it
     keeps the stages' order and does not weigh memory (the run's memory summary reports it).
     """
-    arch, p = scenario.architecture, scenario.n_stages
+    arch, p, v = scenario.architecture, scenario.n_stages, scenario.virtual_stages
     total = int(arch.layers)
     topo = Topology(scenario, catalog)
+    try:
+        placement = resolve_scheduler(scenario.schedule).placement(p, v)
+    except ValueError:  # the engine names the field when it runs; plan as one chunk per stage meanwhile
+        placement, v = [(i, 0) for i in range(p)], 1
+    chunks = [[k for k, (stage, _) in enumerate(placement) if stage == i] for i in range(p)]
 
     def pace(i: int, n: int) -> float:
         st = dataclasses.replace(scenario.stages[i], layers=float(n),
                                  compute=derived_compute(arch, n, scenario.micro_batch_size))
-        one = dataclasses.replace(scenario, stages=(st,))
-        e = ComputeModel(one, topo, catalog)._expected(0, 1.0, first=i == 0, last=i == p - 1)
-        return e.f + e.bw
+        model = ComputeModel(dataclasses.replace(scenario, stages=(st,)), topo, catalog)
+        times = [model._expected(0, 1.0 / v, first=k == 0, last=k == len(placement) - 1) for k in chunks[i]]
+        return sum(e.f + e.bw for e in times)
 
     times = [[0.0] + [pace(i, n) for n in range(1, total - p + 2)] for i in range(p)]
     inf = (math.inf, math.inf)
