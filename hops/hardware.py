@@ -123,7 +123,7 @@ def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
     out = []
     for item in overrides:
         if "=" not in item:
-            raise CatalogError(f"override {item!r}: expected KEY=VALUE, e.g. model.k_floor_ms=1.2")
+            raise CatalogError(f"override {item!r}: expected KEY=VALUE, e.g. stacks.fixture_megatron.k_floor_ms.l4=1.2")
         key, raw = item.split("=", 1)
         value = yaml.safe_load(raw)
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string; a number was meant
@@ -221,7 +221,7 @@ class DeviceParams:
     slowdown: float = 1.0
     host_network_gbps: float | None = None  # the host's network interface, as NCCL reaches it
     same_type_allreduce_gbps: float | None = None  # two-way all-reduce rate between two such hosts
-    k_floor_ms: float | None = None           # per-layer dispatch floor, forward (None: the model's)
+    k_floor_ms: float | None = None           # per-layer dispatch floor, forward (from the stack preset)
     k_floor_backward_ms: float | None = None  # ... backward
     same_type_stall_ms: float | None = None  # iteration-end stall when the final exchanges join two such hosts
     same_type_stall_rate: float = 0.0  # ... and the share of iterations it hits

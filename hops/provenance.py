@@ -119,7 +119,7 @@ def model_fingerprint(catalog_overrides: Any = None) -> str:
     """Hash of the model code and the catalog values it runs with: equal fingerprints, identical predictions.
 
     `catalog_overrides` is a `Catalog` (the one a run used) or catalog overrides
-    (`{"model.k_floor_ms": 1.2}`, `["model.k_floor_ms=1.2"]`) applied to the presets.
+    (`{"stacks.fixture_megatron.k_floor_ms.default": 1.2}`, `["stacks.fixture_megatron.k_floor_ms.default=1.2"]`) applied to the presets.
     """
     from .hardware import Catalog
 
