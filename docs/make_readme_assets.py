@@ -10,7 +10,8 @@ Each generated block in README.md sits between ``<!-- generated: NAME -->`` and
   directory is shown as Hydra's default pattern, not this machine's timestamp);
 - ``calibration``: the train-split aggregates of the committed golden file
   (autoresearch/golden/train.json), which `admit` rewrites, so the README quotes exactly
-  what the gate holds the model to.
+  what the gate holds the model to;
+- ``literature``: the published-vs-predicted table of ``python -m experiments.literature``.
 
 The timeline image is rendered from the same default run.
 """
@@ -59,10 +60,16 @@ def calibration() -> str:
     return head + "\n".join(rows) + "\n"
 
 
+def literature() -> str:
+    proc = subprocess.run([sys.executable, "-m", "experiments.literature", "--markdown"], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    return proc.stdout
+
+
 def render(tmp: Path) -> tuple[str, bytes]:
     text = README.read_text()
     sample, png = sample_run(tmp)
-    blocks = {"sample-run": sample, "calibration": calibration()}
+    blocks = {"sample-run": sample, "calibration": calibration(), "literature": literature()}
     missing = set(blocks) - {m.group("name") for m in BLOCK.finditer(text)}
     if missing:
         raise SystemExit(f"README.md: no generated block named {', '.join(sorted(missing))}")
