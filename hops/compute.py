@@ -1,18 +1,20 @@
-"""Per-stage compute latency: the seed's roofline baseline, or user-given distributions.
+"""Per-stage compute latency: the roofline model under the scenario's training stack, or
+user-given distributions.
 
-Analytical stages use
-    t = max(L * k_floor, t_compute + t_memory + t_attention) + t_launch
-where L (transformer layers on the stage) is estimated from the stage's FLOPs. A layer's
-kernels run one after another on the GPU (GEMMs compute-bound, softmax and element-wise
-kernels memory-bound), so their times add; the host dispatches them asynchronously, so the
-CPU's per-layer dispatch floor overlaps that sum rather than adding to it. Backward scales
-the compute and memory terms by ``backward_factor``; its floor is the device's own per-layer
-backward figure, and floors are per device because the host CPU that dispatches them is.
-The last stage also runs the LM head (2*s*h*V FLOPs, the h*V weights, the fp32 logits
-traffic of the loss, and the loss's own host-side cost); the first stage pays the embedding
-overhead forward and a pass over the dense V*h word-embedding gradient backward. A split
-backward shares the fused floor between B and W by the kernels each launches
-(split_floors). All constants come from ``presets/model.yaml`` via the Catalog.
+A pass's GPU work is the sum of its kernels' times (GEMMs compute-bound at the stack's
+efficiency, element-wise kernels memory-bound, the attention core by the stack's kernel:
+unfused, its s x s scores pass through HBM; flash, its FLOPs run at the kernel's own
+efficiency). How the host's dispatch meets that work is the stack's too:
+    sync_launch (the fixtures' fit):  t = max(L * k_floor, GPU work) + t_launch (+ host costs)
+    async (the host runs ahead):      t = max(L * k_floor + t_launch + host costs, GPU work)
+L (transformer layers on the stage) is given, or estimated from the stage's FLOPs. Backward
+scales the compute and memory terms by ``backward_factor``; its floor is the stack's
+per-layer backward figure for the GPU. The last stage also runs the LM head (2*s*h*V FLOPs,
+the h*V weights, the fp32 logits traffic of the loss, and the loss's own host-side cost);
+the first stage pays the embedding overhead forward and a pass over the dense V*h
+word-embedding gradient backward. A split backward shares the fused floor between B and W
+by the kernels each launches (split_floors). Constants come from ``presets/stacks.yaml``
+(the scenario's stack) over ``presets/model.yaml`` via the Catalog.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def stage_layers(scenario: Scenario, stage, model) -> float:
 # backward launches, per layer, 4 input-gradient GEMMs, 4 weight-gradient GEMMs, 4 batched
 # matmul gradients of the attention core (QK^T and attention x V, two inputs each), and about
 # 8 element-wise kernels (softmax, dropout x 3, GeLU, two layer norms, residual adds): 4 of
-# ~20 launches, 0.2, are W's. Read from the model presets when they carry it.
+# ~20 launches, 0.2, are W's. Read from the stack preset when it carries it.
 W_KERNEL_SHARE = 0.2
 
 
