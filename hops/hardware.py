@@ -32,6 +32,7 @@ FLASH_KEYS = ("flash_efficiency_forward", "flash_efficiency_backward", "flash_ba
               "flash_causal_flop_share")
 UNFUSED_KEYS = ("attention_bytes_forward", "attention_bytes_backward")
 PER_GPU_KEYS = ("launch_overhead_ms", "k_floor_ms", "k_floor_backward_ms")
+HOST_KEYS = ("host_network_gbps", "same_type_allreduce_gbps", "same_type_stall_ms", "same_type_stall_rate", "gpu_link")
 
 
 class CatalogError(HopsError, ValueError):
@@ -54,6 +55,8 @@ class Catalog:
             _check_value(path, value, f"override {path!r}")
         for name, stack in data["stacks"].items():
             _check_stack(name, stack)
+        for name, host in data["hosts"].items():
+            _check_host(name, host, data["interconnects"])
         return cls(**data)
 
     def fingerprint(self) -> str:
@@ -199,6 +202,17 @@ def _check_stack(name: str, stack: Mapping[str, Any]) -> None:
         table = stack.get(key, {})
         if not isinstance(table, Mapping) or (key != "k_floor_backward_ms" and "default" not in table):
             raise CatalogError(f"stacks.{name}.{key}: expected a mapping of gpu preset names to ms with a `default`")
+
+
+def _check_host(name: str, host: Mapping[str, Any], interconnects: Mapping[str, Any]) -> None:
+    """A host carries only what a host adds to its GPUs, and its GPU link is an interconnect preset."""
+    for key in host:
+        if key not in HOST_KEYS:
+            raise CatalogError(f"hosts.{name}.{key}: unknown key; expected one of {', '.join(HOST_KEYS)}")
+    link = host.get("gpu_link")
+    if link is not None and link not in interconnects:
+        raise CatalogError(f"hosts.{name}.gpu_link: got {link!r}; expected an interconnect preset "
+                           f"({', '.join(interconnects)})")
 
 
 def per_gpu(stack: Mapping[str, Any], key: str, gpu: str) -> float | None:

@@ -138,6 +138,7 @@ def test_stack_and_host_overrides_move_the_fingerprint():
                                              "flash"),
     ("stacks.fixture_megatron.attention=flash", "stacks.fixture_megatron.flash_efficiency_forward: missing"),
     ("stacks.megatron_core.no_such=1", "unknown key 'no_such'"),
+    ("hosts.dgx_h100.gpu_link=nvlink9", "hosts.dgx_h100.gpu_link: got 'nvlink9'; expected an interconnect preset"),
 ])
 def test_a_bad_stack_override_is_one_line_naming_the_path(override, needle):
     with pytest.raises(CatalogError) as exc:
