@@ -85,8 +85,19 @@ class Architecture:
         b = layers * micro_batch
         return b * self.dense_flops() / 1e12, b * self.attention_flops() / 1e12, b * self.elementwise_bytes() / 1e6
 
-    def stage_weights_mb(self, layers: float, first: bool, last: bool, bytes_per_element: float) -> float:
-        """Weights of a stage: its layers, the h x V word embedding on the first stage and the LM
-        head on the last (Megatron keeps a copy of a tied matrix there too)."""
-        params = layers * self.layer_params() + (first + last) * self.vocab * self.hidden
+    def stage_weights_mb(self, layers: float, vocab_matrices: int, bytes_per_element: float) -> float:
+        """Weights of a stage: its layers and the h x V matrices it holds (vocab_matrices())."""
+        params = layers * self.layer_params() + vocab_matrices * self.vocab * self.hidden
         return params * bytes_per_element / 1e6
+
+
+def vocab_matrices(n_stages: int, ends: tuple[int, int], tied: bool) -> list[int]:
+    """h x V matrices per stage: the embedding where the first chunk runs, the LM head where
+    the last runs, one matrix for both when they share a stage and are tied."""
+    first, last = ends
+    out = [0] * n_stages
+    out[first] += 1
+    if last != first or not tied:
+        out[last] += 1
+    return out
+

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .architecture import Architecture
+from .architecture import Architecture, vocab_matrices
 from .errors import ScenarioError
 from .schema.scenario import DEFAULT_STACK
 
@@ -58,6 +58,7 @@ class Stage:
     layers: float | None = None
     activation_memory_mb: float | None = None
     compute_jitter: float | None = None  # None: pipeline.compute_jitter
+    weights_derived: bool = False  # weights_mb came from the architecture (it follows the schedule's placement)
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     arch = _architecture(pipe.model, catalog, src)
     auto = _check_layers(pipe, arch, src)
     nbytes = catalog.model["bytes_per_element"][pipe.precision]
+    matrices = vocab_matrices(len(pipe.stages), (0, len(pipe.stages) - 1), arch.tied) if arch else None
     stages = []
     for i, st in enumerate(pipe.stages):
         if st.device not in device_ids:
@@ -216,11 +218,11 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                                                   f"ids: {known}", src)
         c = st.compute
         layers = 1.0 if auto else st.layers  # auto: replaced by the planned split below
-        weights = st.weights_mb
+        weights, derived = st.weights_mb, False
         if c is None:
             compute = derived_compute(arch, layers, m.simulation.micro_batch_size)
             if weights is None:
-                weights = arch.stage_weights_mb(layers, i == 0, i == len(pipe.stages) - 1, nbytes)
+                weights, derived = arch.stage_weights_mb(layers, matrices[i], nbytes), True
         elif c.mode == "analytical":
             compute = StageCompute(c.mode, tflop=c.tflop, memory_mb=c.memory_mb)
         else:
@@ -228,7 +230,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                                               ("forward", "backward", "backward_b", "backward_w")})
         stages.append(Stage(device=st.device, weights_mb=0.0 if weights is None else weights, compute=compute,
                             layers=layers, activation_memory_mb=st.activation_memory_mb,
-                            compute_jitter=st.compute_jitter))
+                            compute_jitter=st.compute_jitter, weights_derived=derived))
     tasks = m.simulation.batches * m.simulation.microbatches * len(stages)
     if tasks > MAX_STAGE_TASKS:
         _fail("simulation", f"batches x microbatches x stages = {tasks:,} stage tasks; expected at most "
@@ -314,8 +316,8 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         split = split_layers(scenario, catalog)
         scenario = dataclasses.replace(scenario, stages=tuple(
             dataclasses.replace(st, layers=float(n), compute=derived_compute(arch, n, scenario.micro_batch_size),
-                                weights_mb=arch.stage_weights_mb(n, i == 0, i == len(split) - 1, nbytes)
-                                if pipe.stages[i].weights_mb is None else st.weights_mb)
+                                weights_mb=arch.stage_weights_mb(n, matrices[i], nbytes)
+                                if st.weights_derived else st.weights_mb)
             for i, (st, n) in enumerate(zip(scenario.stages, split))))
     _check_hops(scenario, catalog, src)
     return scenario

@@ -42,10 +42,11 @@ def test_a_gpt_layer_stashes_34_s_h_bytes_plus_5_bytes_per_unfused_score():
     assert a.scores() == pytest.approx(16 * a.seq_len ** 2)
 
 
-def doc(stages, *, model=None, stack=None, schedule="1f1b", microbatches=4, mbs=1, gpu="h100_sxm", hosts=None):
+def doc(stages, *, model=None, stack=None, schedule="1f1b", microbatches=4, mbs=1, gpu="h100_sxm"):
     model = model or {"layers": 8, "hidden_dim": 1024, "heads": 16, "seq_len": 2048}
     d = {"simulation": {"microbatches": microbatches, "micro_batch_size": mbs, "batches": 1},
-         "pipeline": {"schedule": schedule, "model": model, "stages": stages},
+         "pipeline": {"schedule": schedule, "model": model, "stages": stages,
+                      "virtual_stages": 2 if schedule in ("zb_v", "interleaved_1f1b") else 1},
          "hardware": {"devices": [{"id": f"g{i}", "gpu": gpu, "node": "n0"} for i in range(len(stages))],
                       "interconnect": {"same_node": "nvlink"}},
          "optimizer": {"enabled": False}}
@@ -156,3 +157,15 @@ def test_the_per_stage_compute_form_still_loads_and_ignores_the_architecture_for
     sc = load_scenario(d)
     assert sc.stages[0].compute.tflop == 1.0 and sc.stages[0].compute.attention_tflop == 0.0
     assert sc.stages[1].compute.attention_tflop > 0
+
+
+@pytest.mark.parametrize("tied,counts", [(False, [2, 0, 0]), (True, [1, 0, 0])])
+def test_derived_weights_follow_the_schedules_placement_of_the_vocabulary_matrices(tied, counts):
+    """ZB-V runs the first and the last chunk on stage 0: it holds the embedding and the LM head
+    (one matrix when tied), and the last stage holds only its layers."""
+    from hops.memory import placed_weights_mb
+
+    model = {"layers": 6, "hidden_dim": 1024, "heads": 16, "seq_len": 2048, "tied_embeddings": tied}
+    sc = load_scenario(doc([{"device": f"g{i}", "layers": 2} for i in range(3)], model=model, schedule="zb_v"))
+    layer, matrix = 2 * 12 * 1024 ** 2 * 2 / 1e6, 50304 * 1024 * 2 / 1e6
+    assert placed_weights_mb(sc, Catalog.load(), (0, 0)) == pytest.approx([layer + k * matrix for k in counts])
