@@ -56,8 +56,8 @@ def doc(stages, *, model=None, stack=None, schedule="1f1b", microbatches=4, mbs=
 
 
 def test_a_stage_with_only_device_and_layers_derives_its_work_and_weights():
-    sc = load_scenario(doc([{"device": "g0", "layers": 3}, {"device": "g1", "layers": 3}, {"device": "g2", "layers": 2}],
-                           mbs=2))
+    sc = load_scenario(doc([{"device": "g0", "layers": 3}, {"device": "g1", "layers": 3},
+                            {"device": "g2", "layers": 2}], mbs=2))
     a = sc.architecture
     for st in sc.stages:
         assert st.compute.tflop == pytest.approx(st.layers * 2 * a.dense_flops() / 1e12)
@@ -76,8 +76,9 @@ def test_the_last_stage_pays_the_lm_head_2_s_h_v_and_its_logits():
     s = hops.simulate(sc).summary["stages"]
     m, dev = cat.constants("megatron_core"), cat.devices["h100_sxm"]
     s_, h, v = 4096, 4096, 32000
+    bw = dev["memory_bandwidth_gbps"]
     head = 2 * s_ * h * v / (dev["peak_tflops"] * 1e12) * 1000 * m["compute_time_coefficient"] \
-        + h * v * 2 / 1e6 / dev["memory_bandwidth_gbps"] + s_ * v * m["logits_bytes_forward"] / 1e6 / dev["memory_bandwidth_gbps"]
+        + h * v * 2 / 1e6 / bw + s_ * v * m["logits_bytes_forward"] / 1e6 / bw
     assert s[2]["expected_ms"]["F"] - s[1]["expected_ms"]["F"] == pytest.approx(head, rel=1e-9)
 
 

@@ -42,18 +42,17 @@ class Case:
 
 
 def cluster(p: int, *, gpu: str, host: str, model: dict, seq_len: int, micro_batch: int, microbatches: int,
-            schedule: str, layers: list | str, dp: int = 1, dp_link: str | None = None, per_node: int = 8,
-            batches: int = 3, virtual: int = 1, optimizer: bool = True) -> dict:
-    """p pipeline stages on p GPUs, per_node to a host; the stack is the default one."""
-    per_stage = layers if isinstance(layers, list) else [layers] * p
-    opt = {"enabled": optimizer}
+            schedule: str, layers: int | str, dp: int = 1, dp_link: str | None = None, virtual: int = 1) -> dict:
+    """p pipeline stages on p GPUs, 8 to a host, 3 iterations with the Adam step; the stack is
+    the default one (megatron_core)."""
+    opt = {"enabled": True}
     if dp > 1:
         opt["data_parallel"] = {"degree": dp, "interconnect": dp_link}
     return {
-        "simulation": {"batches": batches, "microbatches": microbatches, "micro_batch_size": micro_batch, "seed": 0},
+        "simulation": {"batches": 3, "microbatches": microbatches, "micro_batch_size": micro_batch, "seed": 0},
         "pipeline": {"schedule": schedule, "virtual_stages": virtual, "model": {**model, "seq_len": seq_len},
-                     "stages": [{"device": f"gpu{i}", "layers": n} for i, n in enumerate(per_stage)]},
-        "hardware": {"host": host, "devices": [{"id": f"gpu{i}", "gpu": gpu, "node": f"node{i // per_node}"}
+                     "stages": [{"device": f"gpu{i}", "layers": layers} for i in range(p)]},
+        "hardware": {"host": host, "devices": [{"id": f"gpu{i}", "gpu": gpu, "node": f"node{i // 8}"}
                                                for i in range(p)],
                      "interconnect": {"cross_node": "infiniband"}},
         "optimizer": opt,
@@ -83,13 +82,13 @@ def zb_paper(schedule: str, which: str) -> dict:
                    schedule=schedule, layers="auto", virtual=2 if schedule == "zb_v" else 1)
 
 
-def unit_times(schedule: str, _: str = "", p: int = 4, m: int = 16, batches: int = 6) -> dict:
+def unit_times(schedule: str, _: str = "", p: int = 4, m: int = 16) -> dict:
     """F = B = W = 1 ms on every stage, free links, no optimizer: the ZB repository table's setting."""
     v = 2 if schedule == "zb_v" else 1  # ZB-V's two chunks per stage each take half: 1/2 ms per pass
     comp = {"mode": "distribution", "forward": {"kind": "constant", "ms": 1.0},
             "backward_b": {"kind": "constant", "ms": 1.0}, "backward_w": {"kind": "constant", "ms": 1.0}}
     return {
-        "simulation": {"batches": batches, "microbatches": m, "seed": 0},
+        "simulation": {"batches": 6, "microbatches": m, "seed": 0},
         "pipeline": {"schedule": schedule, "virtual_stages": v, "activation_mb": 1.0, "host_overhead":
                      {"kind": "constant", "ms": 0.0},
                      "stages": [{"device": f"g{i}", "weights_mb": 0.0, "activation_memory_mb": 1000.0,

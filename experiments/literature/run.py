@@ -58,7 +58,8 @@ def run_case(case: Case) -> dict:
                      f"throughput / {case.reference}", "published": round(row.published, 3),
                      "predicted": pred, "error_%": round(err, 1) if err == err else math.nan,
                      "at": best, "note": row.note})
-    return {"case": case, "table": pd.DataFrame(rows), "ranking_ok": ranking_ok(case, rows), "memory": memory(case, runs)}
+    return {"case": case, "table": pd.DataFrame(rows), "ranking_ok": ranking_ok(case, rows),
+            "memory": memory(case, runs)}
 
 
 def ranking_ok(case: Case, rows: list[dict]) -> bool:
