@@ -501,4 +501,3 @@ def plan(devices: Sequence[Device], model: ModelSpec, **kwargs) -> PlanResult:
     reserve_mb=...).plan(schedule=..., top_k=..., max_orders=..., verify=...)."""
     init = {k: kwargs.pop(k) for k in ("catalog", "same_node", "cross_node", "reserve_mb") if k in kwargs}
     return Planner(devices, model, **init).plan(**kwargs)
-
