@@ -37,7 +37,7 @@ def _add_validate(subparsers) -> None:
     p.add_argument("--json", metavar="PATH", help="also write the machine-readable report here")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="worker processes (default 1; 0 = all cores)")
     p.add_argument("--set", action="extend", nargs="+", default=None, metavar="KEY=VALUE",
-                   help="catalog what-if without editing files, e.g. model.k_floor_ms=1.2 or "
+                   help="catalog what-if without editing files, e.g. stacks.fixture_megatron.k_floor_ms.l4=1.2 or "
                         "devices.a10g.memory_bandwidth_gbps=500")
     p.add_argument("--seed", type=int, default=None, help="simulation seed for all variants (default: scenario's)")
     p.set_defaults(func=_run_validate)

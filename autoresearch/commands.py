@@ -48,7 +48,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("propose", help="open a calibration iteration (before changing any code)")
     p.add_argument("--hypothesis", required=True, help="what is wrong in the model and why you think so")
     p.add_argument("--change-site", required=True, metavar="PATH",
-                   help="file to change (e.g. hops/compute.py) or catalog path (e.g. model.k_floor_ms)")
+                   help="file to change (e.g. hops/compute.py) or catalog path (e.g. stacks.fixture_megatron.k_floor_ms.l4)")
     p.add_argument("--expect", required=True, help="expected effect, with numbers (e.g. 'last-stage F error -50%%')")
     p.add_argument("--title", help="a few words naming the change (MLflow run names, patch file); default: the "
                                    "hypothesis' first words")
@@ -65,7 +65,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("gate", help="the working tree (+ --set what-ifs) against the golden file; exit 1 on any violation")
     _split(p), _fixtures(p), _jobs(p)
     p.add_argument("--set", action="extend", nargs="+", default=None, metavar="KEY=VALUE",
-                   help="catalog what-if, e.g. model.k_floor_ms=1.2 (needs a citation like any changed value)")
+                   help="catalog what-if, e.g. stacks.fixture_megatron.k_floor_ms.l4=1.2 (needs a citation like any changed value)")
     p.set_defaults(func=run_gate_cmd)
 
     p = sub.add_parser("admit", help="land the open iteration: re-run the gate, rewrite the golden file if it passes")
@@ -350,7 +350,7 @@ def _check_change_site(site: str) -> None:
     if site in flatten(Catalog.load().as_dict()):
         return
     raise HopsError(f"--change-site {site!r} is neither a path in the repo (or a new file in an existing "
-                    f"directory) nor a catalog path like model.k_floor_ms")
+                    f"directory) nor a catalog path like stacks.fixture_megatron.k_floor_ms.l4")
 
 
 def _open_refusal(current) -> HopsError:

@@ -213,7 +213,7 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
              cache_dir: str | os.PathLike | None = None, token=None) -> Report:
     """Score `variants` (default: all) on every fixture of `split` (or only `ids`).
 
-    `overrides` are catalog what-ifs (``{"model.k_floor_ms": 1.2}`` or
+    `overrides` are catalog what-ifs (``{"stacks.fixture_megatron.k_floor_ms.default": 1.2}`` or
     ``["devices.a10g.memory_bandwidth_gbps=500"]``) applied without editing
     files. `seed` defaults to each scenario's own seed, shared by all variants.
     `token` is the checkpoint token (hops.traces.guard) that alone opens the

@@ -58,6 +58,24 @@ def check_variants(names) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------- trace-free variants
+# The fixtures are one cluster running one stack: Megatron-LM as experiment 2 ran it, on AWS
+# hosts with one GPU each. Their calibrated constants live in these presets, never in a GPU's.
+FIXTURE_STACK = "fixture_megatron"
+FIXTURE_HOSTS = {"h100": "aws_p5", "a10g": "aws_g5", "l4": "aws_g6"}  # p5 / g5.2xlarge / g6.4xlarge
+
+
+def on_fixture_cluster(doc: dict) -> dict:
+    """`doc` with the fixtures' stack and each device's AWS host named, unless it names its own."""
+    pipe = doc.get("pipeline")
+    if isinstance(pipe, dict):
+        pipe.setdefault("stack", FIXTURE_STACK)
+    hw = doc.get("hardware")
+    for dev in (hw.get("devices") or []) if isinstance(hw, dict) else []:
+        if isinstance(dev, dict) and dev.get("gpu") in FIXTURE_HOSTS and "host" not in dev:
+            dev["host"] = FIXTURE_HOSTS[dev["gpu"]]
+    return doc
+
+
 def spec_scenario(fixture: Fixture) -> dict:
     """The fixture's scenario as the Megatron job ran it.
 
@@ -66,9 +84,9 @@ def spec_scenario(fixture: Fixture) -> dict:
     enabled: false` is the original simulator's template switch, not a property of the job, so
     the prediction runs the optimizer, with the step time the model derives from the stage's
     parameters, never a time read from the trace. Likewise the job's schedule is Megatron's,
-    not the scenario's label (below).
+    not the scenario's label (below), and its stack and hosts are the fixture cluster's.
     """
-    doc = copy.deepcopy(fixture.scenario_doc)
+    doc = on_fixture_cluster(copy.deepcopy(fixture.scenario_doc))
     opt = dict(doc.get("optimizer") or {})
     opt["enabled"] = True
     opt.pop("step_ms", None)

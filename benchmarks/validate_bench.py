@@ -64,7 +64,7 @@ def main() -> None:
                 res["api cold"].append(api_seconds(root, jobs, cache, memo=False))
                 res["api warm disk"].append(api_seconds(root, jobs, cache, memo=False))
                 res["api re-validate"].append(api_seconds(root, jobs, cache, memo=True,
-                                                          overrides=["model.k_floor_ms=1.2"]))
+                                                          overrides=["stacks.fixture_megatron.k_floor_ms.l4=1.2"]))
         rows.append((jobs, {k: statistics.median(v) for k, v in res.items()}))
     print(f"train split, {args.repeats} repeats, median seconds, {os.cpu_count()} cores")
     names = list(rows[0][1])

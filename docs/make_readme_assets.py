@@ -16,6 +16,7 @@ Each generated block in README.md sits between ``<!-- generated: NAME -->`` and
   minutes on the fixtures, so the README quotes its committed output). Each records the model
   fingerprint it measured; a stale one (the model changed since) stops this script with the
   command to rerun.
+- ``literature``: the published-vs-predicted table of ``python -m experiments.literature``.
 
 The timeline image is rendered from the same default run.
 """
@@ -101,10 +102,16 @@ def crossval() -> str:
     return "\n".join(parts)
 
 
+def literature() -> str:
+    proc = subprocess.run([sys.executable, "-m", "experiments.literature", "--markdown"], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    return proc.stdout
+
+
 def render(tmp: Path) -> tuple[str, bytes]:
     text = README.read_text()
     sample, png = sample_run(tmp)
-    blocks = {"sample-run": sample, "calibration": calibration(), "crossval": crossval()}
+    blocks = {"sample-run": sample, "calibration": calibration(), "crossval": crossval(), "literature": literature()}
     missing = set(blocks) - {m.group("name") for m in BLOCK.finditer(text)}
     if missing:
         raise SystemExit(f"README.md: no generated block named {', '.join(sorted(missing))}")

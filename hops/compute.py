@@ -1,18 +1,20 @@
-"""Per-stage compute latency: the seed's roofline baseline, or user-given distributions.
+"""Per-stage compute latency: the roofline model under the scenario's training stack, or
+user-given distributions.
 
-Analytical stages use
-    t = max(L * k_floor, t_compute + t_memory + t_attention) + t_launch
-where L (transformer layers on the stage) is estimated from the stage's FLOPs. A layer's
-kernels run one after another on the GPU (GEMMs compute-bound, softmax and element-wise
-kernels memory-bound), so their times add; the host dispatches them asynchronously, so the
-CPU's per-layer dispatch floor overlaps that sum rather than adding to it. Backward scales
-the compute and memory terms by ``backward_factor``; its floor is the device's own per-layer
-backward figure, and floors are per device because the host CPU that dispatches them is.
-The last stage also runs the LM head (2*s*h*V FLOPs, the h*V weights, the fp32 logits
-traffic of the loss, and the loss's own host-side cost); the first stage pays the embedding
-overhead forward and a pass over the dense V*h word-embedding gradient backward. A split
-backward shares the fused floor between B and W by the kernels each launches
-(split_floors). All constants come from ``presets/model.yaml`` via the Catalog.
+A pass's GPU work is the sum of its kernels' times (GEMMs compute-bound at the stack's
+efficiency, element-wise kernels memory-bound, the attention core by the stack's kernel:
+unfused, its s x s scores pass through HBM; flash, its FLOPs run at the kernel's own
+efficiency). How the host's dispatch meets that work is the stack's too:
+    sync_launch (the fixtures' fit):  t = max(L * k_floor, GPU work) + t_launch (+ host costs)
+    async (the host runs ahead):      t = max(L * k_floor + t_launch + host costs, GPU work)
+L (transformer layers on the stage) is given, or estimated from the stage's FLOPs. Backward
+scales the compute and memory terms by ``backward_factor``; its floor is the stack's
+per-layer backward figure for the GPU. The last stage also runs the LM head (2*s*h*V FLOPs,
+the h*V weights, the fp32 logits traffic of the loss, and the loss's own host-side cost);
+the first stage pays the embedding overhead forward and a pass over the dense V*h
+word-embedding gradient backward. A split backward shares the fused floor between B and W
+by the kernels each launches (split_floors). Constants come from ``presets/stacks.yaml``
+(the scenario's stack) over ``presets/model.yaml`` via the Catalog.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def stage_layers(scenario: Scenario, stage, model) -> float:
 # backward launches, per layer, 4 input-gradient GEMMs, 4 weight-gradient GEMMs, 4 batched
 # matmul gradients of the attention core (QK^T and attention x V, two inputs each), and about
 # 8 element-wise kernels (softmax, dropout x 3, GeLU, two layer norms, residual adds): 4 of
-# ~20 launches, 0.2, are W's. Read from the model presets when they carry it.
+# ~20 launches, 0.2, are W's. Read from the stack preset when it carries it.
 W_KERNEL_SHARE = 0.2
 
 
@@ -75,7 +77,7 @@ class ComputeModel:
 
     def __init__(self, scenario: Scenario, topology, catalog):
         self.scenario = scenario
-        self.model = catalog.model
+        self.model = catalog.constants(scenario.stack)
         self.devices = [topology.devices[s.device] for s in scenario.stages]
         self.expected = [self._expected(i) for i in range(scenario.n_stages)]
 
@@ -96,14 +98,35 @@ class ComputeModel:
         peak = dev.peak_tflops
         t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share
         t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps * share
+        flash = m["attention"] == "flash"
+        # The attention core of a stage derived from the architecture: a fused (flash) kernel runs
+        # its FLOPs at the kernel's own efficiency, skipping the masked half under a causal mask,
+        # and recomputes the scores in the backward; unfused, it is GEMMs like the rest.
+        attn = st.compute.attention_tflop * share
+        t_fa_f = t_fa_b = 0.0
+        if flash:
+            attn *= m["flash_causal_flop_share"]
+            t_fa_f = attn / peak * 1000.0 / m["flash_efficiency_forward"]
+            t_fa_b = attn * m["flash_backward_flop_factor"] / peak * 1000.0 / m["flash_efficiency_backward"]
+        else:
+            t_c += attn / peak * 1000.0 * m["compute_time_coefficient"]
         # Unfused attention materializes each head's s x s scores in HBM: forward writes them,
         # softmax reads and rewrites them, the value product reads them again; the backward
         # walks them more times. At long sequences this traffic, not the FLOPs, sets the time.
+        # A flash kernel keeps them on chip: no such traffic.
         scores = 0.0
-        if s.hidden_dim and s.seq_len and m["attention_head_dim"]:
-            scores = layers * s.hidden_dim / m["attention_head_dim"] * s.seq_len ** 2 * s.micro_batch_size
-        t_attn_f = scores * m["attention_bytes_forward"] / 1e6 / dev.memory_bandwidth_gbps
-        t_attn_b = scores * m["attention_bytes_backward"] / 1e6 / dev.memory_bandwidth_gbps
+        if not flash and s.hidden_dim and s.seq_len:
+            if s.architecture is not None:
+                scores = layers * s.architecture.scores() * s.micro_batch_size
+            elif m["attention_head_dim"]:
+                scores = layers * s.hidden_dim / m["attention_head_dim"] * s.seq_len ** 2 * s.micro_batch_size
+        t_attn_f = t_fa_f + scores * m.get("attention_bytes_forward", 0.0) / 1e6 / dev.memory_bandwidth_gbps
+        t_attn_b = t_fa_b + scores * m.get("attention_bytes_backward", 0.0) / 1e6 / dev.memory_bandwidth_gbps
+        k = s.backward_factor
+        if m["recompute"] == "full":  # the backward reruns the layer's forward first
+            t_attn_b += t_attn_f + t_c / k + t_m / k
+        elif m["recompute"] == "selective" and not flash:  # ... only the attention core (Korthikanti et al. 2022)
+            t_attn_b += t_attn_f
         last = i == s.n_stages - 1 if last is None else last
         first = i == 0 if first is None else first
         lm = lm_logits_f = lm_logits_b = loss_fixed = 0.0  # LM head on the last stage (seed iteration 4, + logits)
@@ -120,8 +143,8 @@ class ComputeModel:
             lm_logits_f = logits * m["logits_bytes_forward"] / 1e6 / dev.memory_bandwidth_gbps
             lm_logits_b = logits * m["logits_bytes_backward"] / 1e6 / dev.memory_bandwidth_gbps
             loss_fixed = m["loss_fixed_ms"]
-        floor = layers * (dev.k_floor_ms or m["k_floor_ms"])
-        floor_bw = layers * (dev.k_floor_backward_ms or dev.k_floor_ms or m["k_floor_ms"])
+        floor = layers * dev.k_floor_ms
+        floor_bw = layers * dev.k_floor_backward_ms
         launch = dev.launch_overhead_ms
         embed = embed_b = 0.0
         if first and s.hidden_dim and s.seq_len:
@@ -131,14 +154,22 @@ class ComputeModel:
             # main grad: a pass over V*h elements whatever the batch, memory-bound.
             vocab = s.vocab_size or m["vocab_size"]
             embed_b = vocab * s.hidden_dim * m["embedding_backward_bytes_per_element"] / 1e6 / dev.memory_bandwidth_gbps
-        k = s.backward_factor
         a = s.activation_grad_fraction
         floor_b, floor_w = split_floors(floor_bw, m)
-        f = max(t_c + t_m + t_attn_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
-        bw = max(k * t_c + k * t_m + t_attn_b, floor_bw) + launch + k * lm + lm_logits_b + embed_b
-        # the score gradients are part of the input gradient (B); W only forms weight gradients
-        b = max(a * k * t_c + a * k * t_m + t_attn_b, floor_b) + launch + a * k * lm + lm_logits_b
-        w = max((1 - a) * k * t_c + (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm + embed_b
+        # (GPU work, host cost outside the floor) of each pass; the score gradients are part of
+        # the input gradient (B), W only forms weight gradients
+        gpu_f, host_f = t_c + t_m + t_attn_f + lm + lm_logits_f, embed + loss_fixed
+        gpu_bw = k * t_c + k * t_m + t_attn_b + k * lm + lm_logits_b + embed_b
+        gpu_b = a * k * t_c + a * k * t_m + t_attn_b + a * k * lm + lm_logits_b
+        gpu_w = (1 - a) * k * t_c + (1 - a) * k * t_m + (1 - a) * k * lm + embed_b
+        if m["dispatch"] == "async":  # the host runs ahead: its dispatch hides behind longer GPU work
+            f = max(gpu_f, floor + launch + host_f)
+            bw, b, w = (max(g, fl + launch) for g, fl in ((gpu_bw, floor_bw), (gpu_b, floor_b), (gpu_w, floor_w)))
+        else:  # sync_launch, the fixture fit: the floor overlaps the kernels, the launch and host costs add
+            f = max(t_c + t_m + t_attn_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
+            bw = max(k * t_c + k * t_m + t_attn_b, floor_bw) + launch + k * lm + lm_logits_b + embed_b
+            b = max(a * k * t_c + a * k * t_m + t_attn_b, floor_b) + launch + a * k * lm + lm_logits_b
+            w = max((1 - a) * k * t_c + (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm + embed_b
         sd = dev.slowdown
         return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 

@@ -178,7 +178,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     # distribution when it gives one (a measured one already holds any stalls), else the model
     # constant plus the expected iteration-end stall of the hosts the final exchanges join.
     host = (draw(scenario.host_overhead, rngs["host"], iters).tolist() if scenario.host_overhead is not None
-            else [float(catalog.model["iteration_overhead_ms"]) + iteration_end_stall_ms(scenario, catalog, topo)]
+            else [float(catalog.stacks[scenario.stack]["iteration_overhead_ms"]) + iteration_end_stall_ms(scenario, catalog, topo)]
             * iters)
     opt_ms, sync_ms = laid.opt_ms, laid.sync_ms
     ar_ms = data_parallel_allreduce_ms(scenario, catalog)
@@ -283,7 +283,7 @@ def lay_out(ctx: _Context, placement) -> Placed:
         transfer_ms=[links[fwd_link[s]].transfer_ms(ctx.msg_mb) if fwd_link[s] is not None else 0.0
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
-        post_validation=sc.post_validation, blocking_send=bool(ctx.catalog.model["blocking_p2p"]),
+        post_validation=sc.post_validation, blocking_send=not ctx.catalog.stacks[sc.stack]["p2p_overlap"],
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),
@@ -341,12 +341,13 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         return [0.0] * scenario.n_stages
     if scenario.optimizer_step_ms is not None:
         return list(scenario.optimizer_step_ms)
-    m = catalog.model
+    m = catalog.constants(scenario.stack)
+    arch = scenario.architecture
     out = []
     for i, (st, dev, e) in enumerate(zip(scenario.stages, compute.devices, compute.expected)):
         if scenario.hidden_dim and e.layers:
             h = scenario.hidden_dim
-            params = e.layers * 12 * h * h
+            params = e.layers * (arch.layer_params() if arch is not None else 12 * h * h)
             if i in ends:
                 params += (scenario.vocab_size or m["vocab_size"]) * h
             traffic_mb = params * m["optimizer_step_bytes_per_param"] / 1e6

@@ -1,9 +1,12 @@
-"""Hardware as data: preset catalogs (devices, interconnects, model constants) and the
-topology a scenario resolves them into.
+"""Hardware as data: preset catalogs (GPUs, hosts, interconnects, training stacks, model
+constants) and the topology a scenario resolves them into.
 
 Presets live in ``hops/presets/*.yaml`` so that changing a constant is a reviewed diff to
 data with a citation next to it, and what-if questions ("what if the A10G had 500 GB/s?")
 are a dotted override (``devices.a10g.memory_bandwidth_gbps=500``) rather than a code edit.
+A prediction reads four preset groups, kept apart so that a fact of one cluster cannot pass
+for a fact of a GPU: the GPU (spec-sheet physics), its host (NIC caps, the node's GPU link),
+the training stack (kernels, dispatch, launch costs) and the model constants.
 """
 from __future__ import annotations
 
@@ -20,7 +23,16 @@ import yaml
 from .errors import HopsError, echo
 
 PRESET_DIR = Path(__file__).parent / "presets"
-CATALOG_FILES = {"devices": "devices.yaml", "interconnects": "interconnects.yaml", "model": "model.yaml"}
+CATALOG_FILES = {"devices": "devices.yaml", "interconnects": "interconnects.yaml", "model": "model.yaml",
+                 "stacks": "stacks.yaml", "hosts": "hosts.yaml"}
+# What a stack's choice keys may say (stacks.yaml explains each).
+STACK_CHOICES = {"attention": ("unfused", "flash"), "dispatch": ("sync_launch", "async"),
+                 "recompute": ("none", "selective", "full")}
+FLASH_KEYS = ("flash_efficiency_forward", "flash_efficiency_backward", "flash_backward_flop_factor",
+              "flash_causal_flop_share")
+UNFUSED_KEYS = ("attention_bytes_forward", "attention_bytes_backward")
+PER_GPU_KEYS = ("launch_overhead_ms", "k_floor_ms", "k_floor_backward_ms")
+HOST_KEYS = ("host_network_gbps", "same_type_allreduce_gbps", "same_type_stall_ms", "same_type_stall_rate", "gpu_link")
 
 
 class CatalogError(HopsError, ValueError):
@@ -32,6 +44,8 @@ class Catalog:
     devices: Mapping[str, Mapping[str, float]]
     interconnects: Mapping[str, Mapping[str, float]]
     model: Mapping[str, Any]
+    stacks: Mapping[str, Mapping[str, Any]]
+    hosts: Mapping[str, Mapping[str, Any]]
 
     @classmethod
     def load(cls, overrides: Mapping[str, Any] | Iterable[str] | None = None, preset_dir: Path = PRESET_DIR):
@@ -39,13 +53,15 @@ class Catalog:
         for path, value in _normalize_overrides(overrides):
             _set_dotted(data, path, value)
             _check_value(path, value, f"override {echo(path)}")
+        for name, stack in data["stacks"].items():
+            _check_stack(name, stack)
+        for name, host in data["hosts"].items():
+            _check_host(name, host, data["interconnects"])
         return cls(**data)
 
     def fingerprint(self) -> str:
         """Stable hash of every value the model reads: identical numbers, identical fingerprint."""
-        blob = json.dumps({"devices": self.devices, "interconnects": self.interconnects, "model": self.model},
-                          sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return hashlib.sha256(self.values_json().encode()).hexdigest()[:16]
 
     def as_dict(self) -> dict:
         return copy.deepcopy(self._sections())
@@ -57,7 +73,12 @@ class Catalog:
         return json.dumps(self._sections(), sort_keys=True, default=str)
 
     def _sections(self) -> dict:
-        return {"devices": dict(self.devices), "interconnects": dict(self.interconnects), "model": dict(self.model)}
+        return {key: dict(getattr(self, key)) for key in CATALOG_FILES}
+
+    def constants(self, stack: str) -> dict:
+        """The model constants with the stack's on top: what the compute model, the engine and
+        the memory accounting read. A stack never repeats a model key (tests/test_stacks.py)."""
+        return {**self.model, **self.stacks[stack]}
 
 
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
@@ -105,7 +126,7 @@ def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
     out = []
     for item in overrides:
         if "=" not in item:
-            raise CatalogError(f"override {echo(item)}: expected KEY=VALUE, e.g. model.k_floor_ms=1.2")
+            raise CatalogError(f"override {echo(item)}: expected KEY=VALUE, e.g. stacks.fixture_megatron.k_floor_ms.l4=1.2")
         key, raw = item.split("=", 1)
         value = yaml.safe_load(raw)
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string; a number was meant
@@ -168,6 +189,39 @@ def _check_value(path: str, value: Any, where: str) -> None:
         raise CatalogError(f"{where}: got {value!r}; expected a share of iterations, from 0 to 1")
 
 
+def _check_stack(name: str, stack: Mapping[str, Any]) -> None:
+    """A stack names a known kernel, dispatch and recomputation, and carries the constants they read."""
+    for key, choices in STACK_CHOICES.items():
+        if stack.get(key) not in choices:
+            raise CatalogError(f"stacks.{name}.{key}: got {stack.get(key)!r}; expected one of {', '.join(choices)}")
+    needed = FLASH_KEYS if stack["attention"] == "flash" else UNFUSED_KEYS
+    for key in (*needed, *PER_GPU_KEYS[:2]):
+        if key not in stack:
+            raise CatalogError(f"stacks.{name}.{key}: missing; {stack['attention']} attention and dispatch need it")
+    for key in PER_GPU_KEYS:
+        table = stack.get(key, {})
+        if not isinstance(table, Mapping) or (key != "k_floor_backward_ms" and "default" not in table):
+            raise CatalogError(f"stacks.{name}.{key}: expected a mapping of gpu preset names to ms with a `default`")
+
+
+def _check_host(name: str, host: Mapping[str, Any], interconnects: Mapping[str, Any]) -> None:
+    """A host carries only what a host adds to its GPUs, and its GPU link is an interconnect preset."""
+    for key in host:
+        if key not in HOST_KEYS:
+            raise CatalogError(f"hosts.{name}.{key}: unknown key; expected one of {', '.join(HOST_KEYS)}")
+    link = host.get("gpu_link")
+    if link is not None and link not in interconnects:
+        raise CatalogError(f"hosts.{name}.gpu_link: got {link!r}; expected an interconnect preset "
+                           f"({', '.join(interconnects)})")
+
+
+def per_gpu(stack: Mapping[str, Any], key: str, gpu: str) -> float | None:
+    """The stack's value of a per-GPU constant for this gpu preset, else its `default`."""
+    table = stack.get(key) or {}
+    value = table.get(gpu, table.get("default"))
+    return None if value is None else float(value)
+
+
 @dataclass(frozen=True)
 class DeviceParams:
     id: str
@@ -181,7 +235,7 @@ class DeviceParams:
     slowdown: float = 1.0
     host_network_gbps: float | None = None  # the host's network interface, as NCCL reaches it
     same_type_allreduce_gbps: float | None = None  # two-way all-reduce rate between two such hosts
-    k_floor_ms: float | None = None           # per-layer dispatch floor, forward (None: the model's)
+    k_floor_ms: float | None = None           # per-layer dispatch floor, forward (from the stack preset)
     k_floor_backward_ms: float | None = None  # ... backward
     same_type_stall_ms: float | None = None  # iteration-end stall when the final exchanges join two such hosts
     same_type_stall_rate: float = 0.0  # ... and the share of iterations it hits
@@ -219,8 +273,19 @@ class Topology:
 
     def __init__(self, scenario, catalog: Catalog):
         self.devices: dict[str, DeviceParams] = {}
+        stack = catalog.stacks[scenario.stack]
+        self._gpu_link: dict[str, str] = {}
         for d in scenario.devices:
+            # GPU physics, then what its host adds, then the stack's launch costs on this GPU,
+            # then the scenario's measured per-device values
             params = dict(catalog.devices[d.gpu])
+            host = catalog.hosts[d.host] if d.host else {}
+            params.update({k: v for k, v in host.items() if k != "gpu_link"})
+            if host.get("gpu_link"):
+                self._gpu_link[d.id] = host["gpu_link"]
+            floor = per_gpu(stack, "k_floor_ms", d.gpu)
+            params.update(launch_overhead_ms=per_gpu(stack, "launch_overhead_ms", d.gpu), k_floor_ms=floor,
+                          k_floor_backward_ms=per_gpu(stack, "k_floor_backward_ms", d.gpu) or floor)
             params.update(scenario.device_overrides.get(d.id, {}))
             self.devices[d.id] = DeviceParams(
                 id=d.id, gpu=d.gpu, node=d.node, peak_tflops=float(params["peak_tflops"]),
@@ -249,6 +314,8 @@ class Topology:
     def _resolve(self, src: str, dst: str) -> LinkParams | None:
         same = self.devices[src].node == self.devices[dst].node
         preset_name = self._same if same else self._cross
+        if same and preset_name is None:  # the host's own GPU link, when the scenario names none
+            preset_name = self._gpu_link.get(src)
         values: dict[str, float] = dict(self._catalog.interconnects[preset_name]) if preset_name else {}
         if not same and "bandwidth_gbps" in values:
             # A cross-node message leaves one host's network interface and enters another's: the

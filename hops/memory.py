@@ -6,6 +6,7 @@ before it runs (hetero_search chooses between placements at configure time).
 from __future__ import annotations
 
 from . import outputs
+from .architecture import vocab_matrices
 from .compute import stage_layers
 from .hardware import Catalog, Topology
 from .scenario import Scenario
@@ -29,7 +30,9 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
             act = st.activation_memory_mb
         else:
             layers = stage_layers(sc, st, m)
-            if layers and sc.hidden_dim and sc.seq_len:
+            if layers and sc.architecture is not None:
+                act = layers * layer_activation_bytes(sc, catalog) * sc.micro_batch_size / 1e6
+            elif layers and sc.hidden_dim and sc.seq_len:
                 act = layers * sc.seq_len * sc.hidden_dim * sc.micro_batch_size * \
                     m["activation_bytes_per_token_hidden"] / 1e6
             else:
@@ -43,6 +46,23 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
             "memory_over_capacity": [d for d in order if peak[d] > capacity[d]]}
 
 
+def layer_activation_bytes(sc: Scenario, catalog: Catalog) -> float:
+    """Bytes one layer stashes per micro-batch row for its backward, from the architecture and the stack.
+
+    Without recomputation: the layer's tensors (Korthikanti et al. 2022, generalised in
+    hops.architecture) plus, under unfused attention, its scores; a flash kernel or selective
+    recomputation stashes no scores; full recomputation stashes only the layer's input (2 s h
+    bytes in bf16), the rest is rebuilt in the backward.
+    """
+    arch, stack = sc.architecture, catalog.stacks[sc.stack]
+    if stack["recompute"] == "full":
+        return arch.seq_len * arch.hidden * catalog.model["bytes_per_element"][sc.precision]
+    stashed = arch.activation_bytes()
+    if stack["attention"] == "unfused" and stack["recompute"] == "none":
+        stashed += arch.scores() * catalog.model["activation_score_bytes"]
+    return stashed
+
+
 def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | None = None) -> list[float]:
     """Each stage's weights once the schedule has placed the model's first and last chunk.
 
@@ -53,12 +73,20 @@ def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | No
     stage's. The stage that no longer runs the head keeps its stated ``weights_mb``:
     scenarios state layer weights as often as layer + head weights (every shipped one and
     every Megatron fixture gives all stages the same figure), so taking the matrix away
-    could count a head that was never there; memory errs on the high side instead.
-    Needs the model shape (hidden_dim); interleaved 1F1B keeps the ends, so nothing moves.
+    could count a head that was never there; memory errs on the high side instead. Weights
+    derived from the architecture are known exactly: each stage holds its layers and the
+    matrices placed on it. Needs the model shape (hidden_dim); interleaved 1F1B keeps the
+    ends, so nothing moves.
     """
     weights = [st.weights_mb for st in sc.stages]
     n = sc.n_stages
     ends = (0, n - 1) if ends is None else tuple(ends)
+    if sc.architecture is not None and all(st.weights_derived for st in sc.stages):
+        # weights derived from the architecture: each stage holds exactly its layers and the
+        # matrices of the chunks the schedule placed on it
+        nbytes = catalog.model["bytes_per_element"][sc.precision]
+        counts = vocab_matrices(n, ends, sc.architecture.tied)
+        return [sc.architecture.stage_weights_mb(st.layers, k, nbytes) for st, k in zip(sc.stages, counts)]
     if ends == (0, n - 1) or not sc.hidden_dim:
         return weights
     m = catalog.model
@@ -66,14 +94,3 @@ def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | No
     matrix_mb = sc.hidden_dim * (sc.vocab_size or m["vocab_size"]) * m["bytes_per_element"][sc.precision] / 1e6
     gained = [max(a - b, 0) for a, b in zip(vocab_matrices(n, ends, tied), vocab_matrices(n, (0, n - 1), tied))]
     return [w + k * matrix_mb for w, k in zip(weights, gained)]
-
-
-def vocab_matrices(n_stages: int, ends: tuple[int, int], tied: bool) -> list[int]:
-    """h x V matrices per stage: the embedding where the first chunk runs, the LM head where
-    the last runs, one matrix for both when they share a stage and are tied."""
-    first, last = ends
-    out = [0] * n_stages
-    out[first] += 1
-    if last != first or not tied:
-        out[last] += 1
-    return out

@@ -10,11 +10,14 @@ scenarios of the original simulator are translated first (hops.schema.legacy).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .architecture import Architecture, vocab_matrices
 from .errors import ScenarioError, echo
+from .schema.scenario import DEFAULT_STACK
 
 SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
 REQUIRED_SECTIONS = ("simulation", "pipeline", "hardware")
@@ -44,6 +47,7 @@ class StageCompute:
     backward: Distribution | None = None
     backward_b: Distribution | None = None
     backward_w: Distribution | None = None
+    attention_tflop: float = 0.0  # the attention core's, apart from tflop: stages derived from the architecture
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Stage:
     layers: float | None = None
     activation_memory_mb: float | None = None
     compute_jitter: float | None = None  # None: pipeline.compute_jitter
+    weights_derived: bool = False  # weights_mb came from the architecture (it follows the schedule's placement)
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class DeviceSpec:
     gpu: str
     node: str
     socket: int = 0
+    host: str | None = None  # a host preset; None: no host caps
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,8 @@ class Scenario:
     notes: tuple[str, ...] = ()  # one line per legacy field HOPS models differently
     virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B's v); the schedule places them
     post_validation: bool = False  # optimizer post-validation (ZB paper): no barrier between iterations
+    stack: str = DEFAULT_STACK  # the training-stack preset
+    architecture: Architecture | None = None  # the model's shape, when pipeline.model gives heads
 
     @property
     def n_stages(self) -> int:
@@ -203,23 +211,38 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
             _fail(f"hardware.devices[{i}].id", f"duplicate device id {echo(d.id)}", src)
         seen.add(d.id)
         _choice(d.gpu, f"hardware.devices[{i}].gpu", tuple(catalog.devices), src)
-        devices.append(DeviceSpec(d.id, d.gpu, d.node if d.node is not None else d.id, d.socket))
+        host = d.host if d.host is not None else hw.host
+        _choice(host, f"hardware.devices[{i}].host" if d.host is not None else "hardware.host", tuple(catalog.hosts),
+                src)
+        devices.append(DeviceSpec(d.id, d.gpu, d.node if d.node is not None else d.id, d.socket, host))
     device_ids = {d.id for d in devices}
     known = ", ".join(sorted(device_ids))
 
+    stack = _choice(pipe.stack, "pipeline.stack", tuple(catalog.stacks), src)
+    arch = _architecture(pipe.model, catalog, src)
+    auto = _check_layers(pipe, arch, src)
+    nbytes = catalog.model["bytes_per_element"][pipe.precision]
+    matrices = vocab_matrices(len(pipe.stages), (0, len(pipe.stages) - 1), arch.tied) if arch else None
     stages = []
     for i, st in enumerate(pipe.stages):
         if st.device not in device_ids:
             _fail(f"pipeline.stages[{i}].device", f"unknown device {echo(st.device)}; expected one of hardware.devices "
                                                   f"ids: {known}", src)
         c = st.compute
-        if c.mode == "analytical":
+        layers = 1.0 if auto else st.layers  # auto: replaced by the planned split below
+        weights, derived = st.weights_mb, False
+        if c is None:
+            compute = derived_compute(arch, layers, m.simulation.micro_batch_size)
+            if weights is None:
+                weights, derived = arch.stage_weights_mb(layers, matrices[i], nbytes), True
+        elif c.mode == "analytical":
             compute = StageCompute(c.mode, tflop=c.tflop, memory_mb=c.memory_mb)
         else:
             compute = StageCompute(c.mode, **{k: _dist(getattr(c, k)) for k in
                                               ("forward", "backward", "backward_b", "backward_w")})
-        stages.append(Stage(device=st.device, weights_mb=st.weights_mb, compute=compute, layers=st.layers,
-                            activation_memory_mb=st.activation_memory_mb, compute_jitter=st.compute_jitter))
+        stages.append(Stage(device=st.device, weights_mb=0.0 if weights is None else weights, compute=compute,
+                            layers=layers, activation_memory_mb=st.activation_memory_mb,
+                            compute_jitter=st.compute_jitter, weights_derived=derived))
     tasks = m.simulation.batches * m.simulation.microbatches * len(stages)
     if tasks > MAX_STAGE_TASKS:
         _fail("simulation", f"batches x microbatches x stages = {tasks:,} stage tasks; expected at most "
@@ -307,9 +330,71 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         optimizer_enabled=opt.enabled, optimizer_step_ms=step_ms, dp_degree=opt.data_parallel.degree,
         dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, failure=failure, output=output,
         raw=raw, notes=notes, virtual_stages=pipe.virtual_stages, post_validation=opt.post_validation,
+        stack=stack, architecture=arch,
     )
+    if auto:
+        from .layer_split import split_layers
+
+        split = split_layers(scenario, catalog)
+        scenario = dataclasses.replace(scenario, stages=tuple(
+            dataclasses.replace(st, layers=float(n), compute=derived_compute(arch, n, scenario.micro_batch_size),
+                                weights_mb=arch.stage_weights_mb(n, matrices[i], nbytes)
+                                if st.weights_derived else st.weights_mb)
+            for i, (st, n) in enumerate(zip(scenario.stages, split))))
     _check_hops(scenario, catalog, src)
     return scenario
+
+
+def _architecture(model, catalog, src) -> Architecture | None:
+    """The model's shape when `heads` is given; the heads' divisibility is checked by the schema."""
+    if model.heads is None:
+        return None
+    for key in ("hidden_dim", "seq_len"):
+        if getattr(model, key) is None:
+            _fail(f"pipeline.model.{key}", "missing; expected a number: heads describe the architecture, which "
+                                           "needs hidden_dim and seq_len too", src)
+    h = model.hidden_dim
+    return Architecture(
+        layers=model.layers, hidden=h, heads=model.heads, kv_heads=model.kv_heads or model.heads,
+        ffn_dim=model.ffn_dim or 4 * h, ffn_gated=bool(model.ffn_gated), seq_len=model.seq_len,
+        vocab=model.vocab_size or int(catalog.model["vocab_size"]),
+        tied=model.tied_embeddings if model.tied_embeddings is not None else bool(catalog.model["tied_embeddings"]))
+
+
+def _check_layers(pipe, arch, src) -> bool:
+    """Every stage has compute or layers; derived stages have an architecture; layers add up.
+    Returns whether the split is `auto`."""
+    given = [st.layers for st in pipe.stages]
+    auto = [v == "auto" for v in given]
+    for i, st in enumerate(pipe.stages):
+        path = f"pipeline.stages[{i}]"
+        if st.compute is None and st.layers is None:
+            _fail(path, "expected compute, or layers (with pipeline.model's architecture)", src)
+        if st.compute is None and arch is None:
+            _fail("pipeline.model.heads", f"missing; {path} gives layers without compute, so its work comes from "
+                                          f"the architecture: give pipeline.model hidden_dim, heads and seq_len", src)
+        if auto[i] and st.compute is not None:
+            _fail(f"{path}.layers", "auto plans the split from the architecture; remove this stage's compute", src)
+    if any(auto):
+        if not all(auto):
+            _fail(f"pipeline.stages[{auto.index(False)}].layers", "expected auto: layers: auto is given on every "
+                                                                  "stage or none", src)
+        if arch.layers is None:
+            _fail("pipeline.model.layers", "missing; layers: auto splits pipeline.model.layers over the stages", src)
+        if arch.layers < len(auto):
+            _fail("pipeline.model.layers", f"got {arch.layers}; expected at least one layer per stage "
+                                           f"({len(auto)} stages)", src)
+        return True
+    if pipe.model.layers is not None and all(v is not None for v in given) and \
+            abs(sum(given) - pipe.model.layers) > 1e-9:
+        _fail("pipeline.stages", f"layers add up to {sum(given):g}; expected pipeline.model.layers = "
+                                 f"{pipe.model.layers}", src)
+    return False
+
+
+def derived_compute(arch: Architecture, layers: float, micro_batch: int) -> StageCompute:
+    tflop, attention, memory = arch.stage_work(layers, micro_batch)
+    return StageCompute("analytical", tflop=tflop, memory_mb=memory, attention_tflop=attention)
 
 
 def _dist(d) -> Distribution | None:

@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 TRAIN = ("exp2_13_a10g_pair_pp2_run135", "exp2_14_l4_pair_pp2_run137")
 DIAGNOSTIC = "exp3_47_diag_pp3_gpipe_a10g_h100_l4_run371"
 PROVENANCE = {"git_commit", "git_diff_hash", "model_fingerprint", "split", "variants", "overrides"}
-COEF = "model.compute_time_coefficient"  # 1 / GEMM efficiency: every stage's GEMM time scales with it
-PRESET = 2.0  # its value in hops/presets/model.yaml
+COEF = "stacks.fixture_megatron.compute_time_coefficient"  # 1 / GEMM efficiency: every stage's GEMM time scales with it
+PRESET = 2.0  # its value in hops/presets/stacks.yaml
 
 
 # --------------------------------------------------------------------------- environment
@@ -200,8 +200,8 @@ def test_constant_change_without_citation_is_rejected(env, state, capsys, monkey
     cite(state, "devices.h100.mtbf_hours", 12345, source="fleet failure log 2025")
     assert run(capsys, "gate")[0] == 0
     # a --set what-if follows the same rule: numbers are printed, the missing citation fails the gate
-    code, out, _ = run(capsys, "gate", "--set", "model.k_floor_ms=1.5")
-    assert code == 1 and "MAPE % golden -> now" in out and "citation: model.k_floor_ms 1.4 -> 1.5" in out
+    code, out, _ = run(capsys, "gate", "--set", "stacks.fixture_megatron.k_floor_ms.default=1.5")
+    assert code == 1 and "MAPE % golden -> now" in out and "citation: stacks.fixture_megatron.k_floor_ms.default 1.4 -> 1.5" in out
     cfg = GateConfig.load()
     v = citation_violations([("devices.a10g.peak_tflops", 125, 130)],
                             [{"path": "devices.a10g.peak_tflops", "value": 130, "source": "optuna", "kind": "fit"}], cfg)
@@ -295,15 +295,15 @@ def test_search_refuses_anything_not_allowlisted_and_nests_trials(env, state, ca
     coef = next(p for p in spaces["compute"] if p.path == COEF)
     assert coef.high < 2.65, "the measured ceiling of the compute coefficient on train (and far from 3)"
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    code, out, err = run(capsys, "search", "--space", "compute", "--only", "model.k_floor_ms", "--trials", "2",
+    code, out, err = run(capsys, "search", "--space", "compute", "--only", "stacks.fixture_megatron.k_floor_ms.default", "--trials", "2",
                          "--storage", storage, "--seed", "3")
     assert code == 0, err
-    assert "proposal only" in out and "python -m autoresearch gate --set model.k_floor_ms=" in out
+    assert "proposal only" in out and "python -m autoresearch gate --set stacks.fixture_megatron.k_floor_ms.default=" in out
     book = ledger.Ledger()
     parent = max(book.runs(ledger.CALIBRATION, "tags.run_type = 'search'"), key=lambda r: r.info.start_time)
     trials = book.runs(ledger.CALIBRATION, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     assert len(trials) == 2 and all("link_calibrated.mape" in t.data.metrics for t in trials)
-    assert PROVENANCE <= set(trials[0].data.params) and "model.k_floor_ms=" in trials[0].data.params["overrides"]
+    assert PROVENANCE <= set(trials[0].data.params) and "stacks.fixture_megatron.k_floor_ms.default=" in trials[0].data.params["overrides"]
     assert Catalog.load().as_dict() == read_golden()["catalog"], "search must not write presets"
 
 

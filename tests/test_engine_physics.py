@@ -18,7 +18,7 @@ def test_identical_stages_makespan_and_bubble(schedule, p, m):
 @pytest.mark.parametrize("p,m,c", [(2, 4, 0.5), (4, 8, 1.0), (5, 3, 2.0)])
 def test_gpipe_with_overlapped_sends_pays_each_hop_twice_on_the_critical_path(p, m, c):
     f, b = 2.0, 4.0
-    overlapped = Catalog.load({"model.blocking_p2p": False})  # Megatron with --overlap-p2p-comm
+    overlapped = Catalog.load({"stacks.megatron_core.p2p_overlap": True})  # Megatron with --overlap-p2p-comm
     s = hops.simulate(pipeline(p, m, f=f, b=b, schedule="gpipe", hop_ms=c), catalog=overlapped).summary
     assert s["makespan_ms"] == pytest.approx((m + p - 1) * (f + b) + 2 * (p - 1) * c, rel=1e-9)
 
@@ -29,7 +29,7 @@ def test_gpipe_with_blocking_sends_pays_a_hop_after_every_pass_that_sends(p, m, 
     stage 0 emits forward i at (i + 1)(f + c), the last stage's backwards start after
     (m + p - 2)(f + c) + f and reach stage 0 after m + p - 2 more (b + c), which then runs its last b."""
     f, b = 2.0, 4.0
-    assert Catalog.load().model["blocking_p2p"], "the preset models Megatron without --overlap-p2p-comm"
+    assert not Catalog.load().stacks["megatron_core"]["p2p_overlap"], "the default stack's sends block"
     s = hops.simulate(pipeline(p, m, f=f, b=b, schedule="gpipe", hop_ms=c)).summary
     assert s["makespan_ms"] == pytest.approx((m + p - 1) * (f + b) + 2 * (m + p - 2) * c, rel=1e-9)
 
@@ -86,7 +86,7 @@ def test_an_optimizer_step_counts_as_busy_and_the_idle_splits_at_the_flush():
     and per stage the four parts add up to the iteration wall."""
     sc = pipeline(4, 8, schedule="1f1b", batches=3)
     sc["optimizer"] = {"enabled": True, "step_ms": [5.0, 6.0, 7.0, 8.0]}
-    s = hops.simulate(sc, catalog=Catalog.load({"model.iteration_overhead_ms": 0.0})).summary
+    s = hops.simulate(sc, catalog=Catalog.load({"stacks.megatron_core.iteration_overhead_ms": 0.0})).summary
     wall = s["makespan_ms"] / s["window"]["iterations"]
     parts = s["time_breakdown_ms_per_iteration"]
     assert len(parts) == 4

@@ -118,9 +118,9 @@ def test_the_disk_cache_gives_the_parsed_value_and_is_keyed_on_the_files_bytes(t
 
 def test_summary_json_and_the_ledger_carry_the_same_fingerprint():
     assert simulate(str(SCENARIO)).summary["model_fingerprint"] == ledger.model_fingerprint()
-    cat = Catalog.load({"model.k_floor_ms": 1.2})
+    cat = Catalog.load({"stacks.fixture_megatron.k_floor_ms.h100": 1.2})
     fp = simulate(str(SCENARIO), catalog=cat).summary["model_fingerprint"]
-    assert fp == ledger.model_fingerprint({"model.k_floor_ms": 1.2}) == ledger.model_fingerprint(["model.k_floor_ms=1.2"])
+    assert fp == ledger.model_fingerprint({"stacks.fixture_megatron.k_floor_ms.h100": 1.2}) == ledger.model_fingerprint(["stacks.fixture_megatron.k_floor_ms.h100=1.2"])
     assert fp != ledger.model_fingerprint()
     assert ledger.provenance("train", ["spec"])["model_fingerprint"] == ledger.model_fingerprint()
 

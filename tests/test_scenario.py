@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import hops
+from hops.hardware import Catalog, per_gpu
 from builders import pipeline
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
@@ -105,13 +106,15 @@ def test_omegaconf_and_dict_and_path_give_the_same_result(tmp_path):
 
 def test_overrides_replace_preset_values_per_device():
     sc = pipeline(2, 2)
+    sc["pipeline"]["stack"] = "fixture_megatron"  # its launch adds to the compute term (sync_launch)
     for st in sc["pipeline"]["stages"]:
         st["compute"] = {"mode": "analytical", "tflop": 1.0, "memory_mb": 0.0}
     slow = copy.deepcopy(sc)
     slow["overrides"]["devices"] = {"g1": {"peak_tflops": 31.2}}
     base = hops.simulate(sc).summary["stages"][1]["expected_ms"]["F"]
     slowed = hops.simulate(slow).summary["stages"][1]["expected_ms"]["F"]
-    assert slowed - 1.5 == pytest.approx((base - 1.5) * 10)
+    launch = per_gpu(Catalog.load().stacks["fixture_megatron"], "launch_overhead_ms", "a100")
+    assert slowed - launch == pytest.approx((base - launch) * 10)
 
 
 def test_same_and_cross_node_links_come_from_node_labels():

@@ -19,7 +19,7 @@ import yaml
 
 import hops
 from builders import pipeline
-from hops.hardware import Catalog, CatalogError
+from hops.hardware import Catalog, CatalogError, per_gpu
 from hops.scenario import LegacyScenarioWarning, load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def test_efficiency_jitter_and_optimizer_fields_map_to_hops_fields(seed_configs)
     catalog = Catalog.load()
     sc, notes = load_quiet(by_name(seed_configs, "default.yaml"), catalog)
     h100, a100 = catalog.devices["h100"], catalog.devices["a100"]
-    coeff = catalog.model["compute_time_coefficient"]
+    coeff = catalog.stacks[sc.stack]["compute_time_coefficient"]
     assert sc.device_overrides["node0_gpu0"] == pytest.approx(
         {"peak_tflops": h100["peak_tflops"] * 0.76 * coeff, "memory_bandwidth_gbps": h100["memory_bandwidth_gbps"] * 0.88})
     assert sc.device_overrides["node1_gpu1"]["memory_bandwidth_gbps"] == pytest.approx(a100["memory_bandwidth_gbps"] * 0.78)
@@ -108,15 +108,18 @@ def test_efficiency_jitter_and_optimizer_fields_map_to_hops_fields(seed_configs)
     assert all("\n" not in n for n in notes)
 
 
-def test_efficiency_reproduces_the_legacy_roofline():
-    """t_compute = tflop / (peak x efficiency): 1 TFLOP at 0.5 x 312 TFLOP/s is 6.41 ms + launch."""
+@pytest.mark.parametrize("stack", ["megatron_core", "fixture_megatron"])
+def test_efficiency_reproduces_the_legacy_roofline(stack):
+    """t_compute = tflop / (peak x efficiency): 1 TFLOP at 0.5 x 312 TFLOP/s is 6.41 ms, plus the
+    launch where the stack adds it (sync_launch); an async stack hides it behind the GPU work."""
     doc = {"simulation": {"microbatches": 1}, "hardware": {"devices": [{"id": "g", "gpu": "a100"}]},
-           "pipeline": {"stages": [{"device": "g", "compute": {"mode": "analytical", "tflop": 1.0,
-                                                               "efficiency": {"compute": 0.5}}}]}}
+           "pipeline": {"stack": stack, "stages": [{"device": "g", "compute": {"mode": "analytical", "tflop": 1.0,
+                                                                               "efficiency": {"compute": 0.5}}}]}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LegacyScenarioWarning)
         f = hops.simulate(doc).summary["stages"][0]["expected_ms"]["F"]
-    launch = Catalog.load().devices["a100"]["launch_overhead_ms"]
+    st = Catalog.load().stacks[stack]
+    launch = per_gpu(st, "launch_overhead_ms", "a100") if st["dispatch"] == "sync_launch" else 0.0
     assert f == pytest.approx(1.0 / (312 * 0.5) * 1000 + launch)
 
 
@@ -245,10 +248,10 @@ def test_inf_and_nan_are_refused_in_every_float_field(field_, value):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("model.k_floor_ms=-5", "got -5; expected a finite number >= 0"),
+    ("stacks.fixture_megatron.k_floor_ms.default=-5", "got -5; expected a finite number >= 0"),
     ("devices.h100.memory_gb=-24", "got -24; expected a finite number > 0"),
     ("interconnects.ethernet.bandwidth_gbps=0", "got 0; expected a finite number > 0"),
-    ("model.k_floor_ms=.inf", "got inf"),
+    ("stacks.megatron_core.k_floor_ms.default=.inf", "got inf"),
     ("devices.a10g.peak_tflops=.nan", "got nan"),
     ("model=3", "'model': model is a mapping; set one of its values"),
 ])
@@ -370,7 +373,7 @@ def test_known_scheduler_options_and_an_mtbf_map_by_gpu_type_still_load():
     (["simulation.seed=-1"], "simulation.seed: got -1"),
     (["pipeline.schedule=.x"], "pipeline.schedule: "),
     (["catalog.model=3"], "catalog: override 'model': model is a mapping"),
-    (["catalog.model.k_floor_ms=inf"], "catalog: override 'model.k_floor_ms': got inf"),
+    (["catalog.stacks.megatron_core.k_floor_ms.default=inf"], "catalog: override 'stacks.megatron_core.k_floor_ms.default': got inf"),
     (["pipeline.compute_jitter=nan"], "pipeline.compute_jitter: expected a finite number, got nan"),
 ])
 def test_cli_refusals_are_one_line_exit_2(tmp_path, args, needle):
@@ -385,7 +388,7 @@ def test_an_unwritable_run_dir_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("command", ["validate", "gate"])
 @pytest.mark.parametrize("setting, needle", [
-    ("model.k_floor_ms=.inf", "got inf"),
+    ("stacks.megatron_core.k_floor_ms.default=.inf", "got inf"),
     ("interconnects.ethernet.bandwidth_gbps=0", "got 0; expected a finite number > 0"),
     ("model=3", "model is a mapping"),
 ])
@@ -452,7 +455,7 @@ def test_a_non_utf8_fixture_scenario_is_one_line(fixtures_root, tmp_path):
 
 def test_a_set_value_in_exponent_notation_is_a_number():
     # YAML 1.1 reads "1e-3" (no dot) as a string; the what-if meant the number
-    assert Catalog.load(["model.k_floor_ms=1e-3"]).model["k_floor_ms"] == 0.001
+    assert Catalog.load(["stacks.megatron_core.k_floor_ms.default=1e-3"]).stacks["megatron_core"]["k_floor_ms"]["default"] == 0.001
     with pytest.raises(CatalogError, match="expected a number, got 'fast'"):
         Catalog.load(["devices.a10g.memory_bandwidth_gbps=fast"])
 

@@ -378,7 +378,7 @@ def test_four_search_workers_share_one_postgres_study(mlflow_server, calibration
     env, _ = calibration_env
     autoresearch(env, "admit", "--bootstrap")
     storage, k, workers = f"{mlflow_server['postgres']['url']}/optuna", 2, 4
-    autoresearch(env, "search", "--space", "compute", "--only", "model.k_floor_ms", "--trials", str(k),
+    autoresearch(env, "search", "--space", "compute", "--only", "stacks.fixture_megatron.k_floor_ms.default", "--trials", str(k),
                  "--workers", str(workers), "--storage", storage, "--study", "shared", "--seed", "7")
     study = optuna.load_study(study_name="shared", storage=storage)
     trials = study.get_trials(deepcopy=False)

@@ -66,7 +66,7 @@ def test_park_is_refused_without_a_gate_of_this_tree_or_without_an_aggregate_gai
     fp32(cli.repo)  # with the embedding sync off, its byte width changes nothing: no gain of its own
     code, _, err = cli("park")
     assert code == 2 and "no gate run yet" in err
-    assert cli("gate", "--set", "model.k_floor_ms=1.5")[0] == 1
+    assert cli("gate", "--set", "stacks.fixture_megatron.k_floor_ms.default=1.5")[0] == 1
     code, _, err = cli("park")
     assert code == 2 and "what-if" in err
     assert cli("gate")[0] == 0

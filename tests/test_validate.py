@@ -136,12 +136,12 @@ def test_replay_reproduces_the_fitted_compute(fixtures_root, tmp_path):
 def test_set_changes_predictions_not_measurements(fixtures_root, tmp_path):
     base = validate("train", root=fixtures_root, ids=[SMALL], variants=["spec"], cache_dir=tmp_path / "c")
     what_if = validate("train", root=fixtures_root, ids=[SMALL], variants=["spec"], cache_dir=tmp_path / "c",
-                       overrides=["model.compute_time_coefficient=3.0"])
+                       overrides=["stacks.fixture_megatron.k_floor_ms.a10g=3.0"])
     assert what_if.rows[0]["measured_throughput_per_s"] == base.rows[0]["measured_throughput_per_s"]
     assert what_if.rows[0]["predicted_throughput_per_s"] < base.rows[0]["predicted_throughput_per_s"]
     assert what_if.fingerprint != base.fingerprint
     faster = validate("train", root=fixtures_root, ids=[SMALL], variants=["spec"], cache_dir=tmp_path / "c",
-                      overrides={"devices.a10g.k_floor_ms": 0.5})  # a lighter dispatch floor
+                      overrides={"stacks.fixture_megatron.launch_overhead_ms.a10g": 0.0})
     assert faster.rows[0]["predicted_throughput_per_s"] > base.rows[0]["predicted_throughput_per_s"]
 
 
@@ -234,7 +234,7 @@ def test_revalidation_reuses_parsed_traces(fixtures_root, tmp_path, monkeypatch)
     calls = []
     real = validate_mod.load_trace
     monkeypatch.setattr(validate_mod, "load_trace", lambda *a, **k: calls.append(a) or real(*a, **k))
-    again = validate("train", root=fixtures_root, ids=ids, cache_dir=tmp_path / "c", overrides=["model.k_floor_ms=1.0"])
+    again = validate("train", root=fixtures_root, ids=ids, cache_dir=tmp_path / "c", overrides=["stacks.fixture_megatron.k_floor_ms.l4=1.0"])
     assert calls == [] and len(again.rows) == 6
 
 

@@ -3,6 +3,7 @@ chunks through scenario, compute model and memory accounting."""
 import pytest
 
 import hops
+from hops.hardware import Catalog, per_gpu
 from builders import pipeline
 
 
@@ -70,10 +71,16 @@ def test_virtual_stages_with_a_one_chunk_schedule_is_an_error_naming_the_field()
         hops.simulate(sc)
 
 
+# The analytical cases run on the fixtures' stack, whose launch adds to every chunk and whose
+# embedding overhead marks the chunk that runs the embedding.
+STACK = "fixture_megatron"
+FIXTURE = Catalog.load().stacks[STACK]
+
+
 def analytical(v):
     """Two A100 stages; v chunks each under interleaved 1F1B, or one under 1F1B (v = 1)."""
     sc = {"simulation": {"batches": 1, "microbatches": 4},
-          "pipeline": {"schedule": "interleaved_1f1b" if v > 1 else "1f1b", "virtual_stages": v,
+          "pipeline": {"schedule": "interleaved_1f1b" if v > 1 else "1f1b", "virtual_stages": v, "stack": STACK,
                        "model": {"hidden_dim": 2048, "seq_len": 2048},
                        "stages": [{"device": f"g{i}", "weights_mb": 1000,
                                    "compute": {"mode": "analytical", "tflop": 4.0, "memory_mb": 1000}}
@@ -89,11 +96,12 @@ def test_chunks_carry_1_over_v_of_the_layers_and_the_head_and_embedding_on_the_r
     chunks = two.extras["chunks"]  # virtual stages: (g0, c0), (g1, c0), (g0, c1), (g1, c1)
     assert [c.layers for c in chunks] == pytest.approx([full[0]["layers"] / 2] * 4)
     mid = chunks[1]  # no embedding, no LM head
-    launch = 1.5  # a100 preset: every chunk is its own invocation
+    launch = per_gpu(FIXTURE, "launch_overhead_ms", "a100")  # every chunk is its own invocation
+    embed = FIXTURE["embedding_overhead_ms"]
     # compute-bound stages: the chunk's forward is half the stage's, less embedding and launch
-    assert chunks[0].f - mid.f == pytest.approx(2.0)  # embedding overhead on virtual stage 0 only
+    assert chunks[0].f - mid.f == pytest.approx(embed)  # embedding overhead on virtual stage 0 only
     assert chunks[2].f == pytest.approx(mid.f) and chunks[3].f > mid.f  # LM head: the last chunk of g1
-    assert 2 * (mid.f - launch) == pytest.approx(full[0]["expected_ms"]["F"] - launch - 2.0)
+    assert 2 * (mid.f - launch) == pytest.approx(full[0]["expected_ms"]["F"] - launch - embed)
 
 
 def test_activation_memory_counts_chunks_at_1_over_v_of_the_stage():
@@ -219,7 +227,7 @@ def analytical_doc(schedule, *, p=3, hidden_dim=2048, tied=None, **stage):
     ``stage`` adds keys to every stage (e.g. activation_memory_mb)."""
     v = 2 if schedule in ("zb_v", "interleaved_1f1b") else 1
     return {"simulation": {"batches": 1, "microbatches": 2 * p},
-            "pipeline": {"schedule": schedule, "virtual_stages": v, "precision": "bf16",
+            "pipeline": {"schedule": schedule, "virtual_stages": v, "precision": "bf16", "stack": STACK,
                          "model": {"hidden_dim": hidden_dim, "seq_len": 2048, "vocab_size": 50304,
                                    **({} if tied is None else {"tied_embeddings": tied})},
                          "stages": [{"device": f"g{i}", "weights_mb": 1000, **stage,
@@ -238,7 +246,7 @@ def test_zb_v_puts_embedding_and_lm_head_on_device_0_and_needs_no_tied_embedding
     v, one = analytical_v("zb_v"), analytical_v("zb_h1")
     chunks = v.extras["chunks"]  # V order: (g0,c0) (g1,c0) (g2,c0) (g2,c1) (g1,c1) (g0,c1)
     mid = chunks[1]
-    assert chunks[0].f - mid.f == pytest.approx(2.0)  # embedding overhead: the first chunk, on g0
+    assert chunks[0].f - mid.f == pytest.approx(FIXTURE["embedding_overhead_ms"])  # embedding: the first chunk, on g0
     assert chunks[-1].f > chunks[0].f  # LM head: the last chunk, also on g0
     assert all(c.f == pytest.approx(mid.f) for c in chunks[1:-1])  # g1 and g2 carry neither
     ar = lambda r: r.timeline.kind == "allreduce"

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from ..errors import ScenarioError, echo
+from .scenario import DEFAULT_STACK
 
 LEGACY_OUTPUTS = {"summary_json": "summary", "trace_csv": "events", "timeline": "timeline", "dashboard": "dashboard"}
 LEGACY_FAILURE = ("device_failure_probability", "link_failure_probability", "check_interval_ms", "recovery_time_ms")
@@ -139,7 +140,9 @@ class _Translator:
         overrides["devices"] = devs
         mine = devs.setdefault(device, {})
         preset = self.catalog.devices[gpu]
-        coeff = float(self.catalog.model.get("compute_time_coefficient", 1.0))
+        pipe = self.doc.get("pipeline")
+        stack = (pipe.get("stack") if isinstance(pipe, dict) else None) or DEFAULT_STACK
+        coeff = float(self.catalog.stacks.get(stack, {}).get("compute_time_coefficient", 1.0))
         for key, field_, factor in (("compute", "peak_tflops", coeff), ("memory", "memory_bandwidth_gbps", 1.0)):
             if key not in eff:
                 continue

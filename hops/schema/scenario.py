@@ -18,6 +18,7 @@ from .fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bo
                      Section, Str, check_number, closed_mapping, fail, show)
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+DEFAULT_STACK = "megatron_core"  # a user scenario's training stack unless it names one (hops/presets/stacks.yaml)
 DIST_KINDS = {
     "constant": ("ms",),
     "lognormal": ("cv", "mean_ms"),
@@ -96,11 +97,23 @@ class ComputeModel(Section):
         return self
 
 
+def _layers(v: Any):
+    """A stage's transformer layers: a number > 0, or `auto` (the split is planned)."""
+    if v == "auto":
+        return v
+    return check_number(v, gt=0)
+
+
+Layers = Annotated[Any, BeforeValidator(_layers), WithJsonSchema({
+    "description": "transformer layers on this stage, or auto (split pipeline.model.layers by the stages' speed)",
+    "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "auto"}]})]
+
+
 class StageModel(Section):
     device: Str(description="a hardware.devices id")
-    weights_mb: Num(ge=0) = 0.0
-    compute: ComputeModel
-    layers: Num(gt=0) | None = None
+    weights_mb: Num(ge=0, description="default: derived from the architecture, else 0") | None = None
+    compute: ComputeModel | None = None  # None: derived from layers and pipeline.model's architecture
+    layers: Layers | None = None
     activation_memory_mb: Num(ge=0) | None = None
     compute_jitter: Num(ge=0, description="this stage's coefficient of variation; default "
                                           "pipeline.compute_jitter") | None = None
@@ -114,10 +127,29 @@ class BackwardSplitModel(Section):
 
 
 class ModelShape(Section):
+    """The model's architecture; with `heads`, a stage may give only `device` and `layers`."""
+
+    layers: Int(gt=0, cap=MAX_MODEL_DIM, description="transformer layers of the whole model") | None = None
     hidden_dim: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
+    heads: Int(gt=0, cap=MAX_MODEL_DIM, description="attention heads; must divide hidden_dim") | None = None
+    kv_heads: Int(gt=0, cap=MAX_MODEL_DIM, description="key/value heads (grouped-query attention); must divide "
+                                                        "heads; default heads") | None = None
+    ffn_dim: Int(gt=0, cap=MAX_MODEL_DIM, description="FFN inner size; default 4 x hidden_dim") | None = None
+    ffn_gated: Bool | None = None  # SwiGLU / GeGLU (Llama, InternLM): three hidden x ffn_dim matrices; default false
     seq_len: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
     vocab_size: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
     tied_embeddings: Bool | None = None
+
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        if self.heads is not None and self.hidden_dim is not None and self.hidden_dim % self.heads:
+            raise fail(f"got {self.heads}; expected a divisor of hidden_dim ({self.hidden_dim})", key="heads")
+        if self.kv_heads is not None:
+            if self.heads is None:
+                raise fail("needs heads", key="kv_heads")
+            if self.heads % self.kv_heads:
+                raise fail(f"got {self.kv_heads}; expected a divisor of heads ({self.heads})", key="kv_heads")
+        return self
 
 
 def _nonempty(what: str):
@@ -144,6 +176,7 @@ class PipelineModel(Section):
     backward_factor: Num(gt=0) = 2.0
     backward_split: BackwardSplitModel = Field(default_factory=BackwardSplitModel)
     model: ModelShape = Field(default_factory=ModelShape)
+    stack: Str(description="a training-stack preset (hops/presets/stacks.yaml)") = DEFAULT_STACK
     stages: Annotated[ListOf(StageModel), _nonempty("stages")]
     activation_mb: Num(gt=0) | None = None
     compute_jitter: Num(ge=0) = 0.0
@@ -154,6 +187,7 @@ class PipelineModel(Section):
 class DeviceModel(Section):
     id: Str(nonempty=True)
     gpu: Str(description="a device preset (hops/presets/devices.yaml)")
+    host: Str(description="a host preset (hops/presets/hosts.yaml); default hardware.host") | None = None
     node: Str() | None = None
     socket: Int(ge=0) = 0
 
@@ -173,6 +207,7 @@ class HardwareLinkModel(Section):
 
 
 class HardwareModel(Section):
+    host: Str(description="the host preset of every device that names none (hops/presets/hosts.yaml)") | None = None
     devices: Annotated[ListOf(DeviceModel), _nonempty("devices")]
     interconnect: InterconnectModel = Field(default_factory=InterconnectModel)
     links: ListOf(HardwareLinkModel) = Field(default_factory=list)

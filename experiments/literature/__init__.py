@@ -1,0 +1,1 @@
+"""Published pipeline-schedule measurements as HOPS scenarios (python -m experiments.literature)."""

@@ -1,0 +1,44 @@
+"""python -m experiments.literature: HOPS against published schedule measurements.
+
+Prints, per case, each published ratio (a schedule against the case's reference schedule),
+HOPS's ratio, their difference, whether the case's schedule ranking is preserved, and the
+predicted peak memory next to any published one. `--markdown` prints the README table.
+Targets (issue 21): every predicted ratio within +-5 % of the published one, rankings kept.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from .run import TOLERANCE, markdown, run_cases
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.literature", description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", action="store_true", help="print the README table instead")
+    args = ap.parse_args(argv)
+    results = run_cases()
+    pd.set_option("display.float_format", "{:.3f}".format)
+    if args.markdown:
+        print(markdown(results), end="")
+        return 0
+    for res in results:
+        case = res["case"]
+        print(f"\n== {case.name}\n   source: {case.source}")
+        for a in case.assumptions:
+            print(f"   assumption: {a}")
+        print(res["table"].to_string(index=False))
+        print(f"   ranking preserved: {'yes' if res['ranking_ok'] else 'NO'}")
+        if res["memory"] is not None:
+            print(res["memory"].to_string(index=False))
+    rows = [r for res in results for r in res["table"].to_dict("records")]
+    within = sum(abs(r["error_%"]) <= TOLERANCE * 100 for r in rows if r["error_%"] == r["error_%"])
+    print(f"\n{within} of {len(rows)} published figures within +-{TOLERANCE:.0%}; rankings preserved in "
+          f"{sum(res['ranking_ok'] for res in results)} of {len(results)} cases")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Simulate each case's schedules and set HOPS's ratios next to the published ones."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+import hops
+
+from .cases import CASES, Case
+
+TOLERANCE = 0.05  # issue 21's target: predicted ratio within +-5 % of the published one
+GIB = 2 ** 30 / 1e6  # MB per GiB
+
+
+def metrics(summary: dict, timeline) -> dict:
+    """What the sources publish, from one run: throughput, the bubble against the iteration's
+    own work (ZB repository's definition: idle over 3m units of F + B + W), peak activation
+    memory and pipeline messages per iteration."""
+    iters = int(np.max(timeline.iteration)) + 1
+    comp = timeline.kind == "compute"
+    devices = len(np.unique(timeline.device[comp]))
+    work = float((timeline.end_ms - timeline.start_ms)[comp].sum()) / devices / iters  # per device and iteration
+    iteration = summary["makespan_ms"] / iters
+    return {"throughput": summary["throughput"]["samples_per_s"], "bubble": (iteration - work) / work,
+            "activation_memory": max(summary["peak_memory_mb"].values()),
+            "pipeline_messages": float((timeline.kind == "transfer").sum()) / iters,
+            "peak_memory_mb": summary["peak_memory_mb"]}
+
+
+def simulate_case(case: Case) -> dict:
+    """{(schedule, grid point): metrics} for the reference and every published schedule."""
+    schedules = dict.fromkeys([case.reference, *(r.schedule for r in case.rows)])
+    out = {}
+    for point in case.grid:
+        for sched in schedules:
+            r = hops.simulate(case.build(sched, point))
+            out[(sched, point)] = metrics(r.summary, r.timeline)
+    return out
+
+
+def ratio(runs: dict, case: Case, row, point: str) -> float:
+    """The row's metric as published: a ratio to the reference, or the bubble itself."""
+    mine, ref = runs[(row.schedule, point)][row.metric], runs[(case.reference, point)][row.metric]
+    return mine if row.metric == "bubble" else mine / ref
+
+
+def run_case(case: Case) -> dict:
+    runs = simulate_case(case)
+    rows = []
+    for row in case.rows:
+        ratios = {p: ratio(runs, case, row, p) for p in case.grid}
+        best = max(ratios, key=ratios.get)  # an "up to" figure is the best case (one point otherwise)
+        pred = ratios[best]
+        err = (pred - row.published) / row.published * 100 if row.published else math.nan
+        rows.append({"schedule": row.schedule, "metric": row.metric if row.metric != "throughput" else
+                     f"throughput / {case.reference}", "published": round(row.published, 3),
+                     "predicted": pred, "error_%": round(err, 1) if err == err else math.nan,
+                     "at": best, "note": row.note})
+    return {"case": case, "table": pd.DataFrame(rows), "ranking_ok": ranking_ok(case, rows),
+            "memory": memory(case, runs)}
+
+
+def ranking_ok(case: Case, rows: list[dict]) -> bool:
+    """Per metric, the schedules (the reference at ratio 1 included) in the same order by
+    published and by predicted value (the best case over the grid, as published); schedules
+    tied in the published figures may come in either order."""
+    for metric in dict.fromkeys(r.metric for r in case.rows):
+        pairs = [(r.published, row["predicted"]) for r, row in zip(case.rows, rows) if r.metric == metric]
+        if metric != "bubble":
+            pairs.append((1.0, 1.0))
+        for pa, qa in pairs:
+            for pb, qb in pairs:
+                if pa > pb and not qa > qb + 1e-9 * max(abs(qa), abs(qb), 1.0):  # equal is not kept
+                    return False
+    return True
+
+
+def memory(case: Case, runs: dict) -> pd.DataFrame | None:
+    if not case.memory_gib:
+        return None
+    rows = []
+    for sched, devices in case.memory_gib.items():
+        for dev, gib in devices.items():
+            pred = runs[(sched, case.grid[0])]["peak_memory_mb"][dev] / GIB
+            rows.append({"schedule": sched, "device": dev, "published_GiB": gib, "predicted_GiB": round(pred, 2),
+                         "error_%": round((pred - gib) / gib * 100, 1)})
+    return pd.DataFrame(rows)
+
+
+def run_cases() -> list[dict]:
+    return [run_case(c) for c in CASES]
+
+
+def markdown(results: list[dict]) -> str:
+    """The README table: one line per published figure."""
+    lines = ["| case | schedule | metric | published | HOPS | error | ranking kept |", "|---|---|---|---|---|---|---|"]
+    for res in results:
+        case = res["case"]
+        for r in res["table"].to_dict("records"):
+            err = "n/a (published 0)" if r["error_%"] != r["error_%"] else f"{r['error_%']:+.1f} %"
+            lines.append(f"| {case.name} | {r['schedule']} | {r['metric']} | {r['published']:.3f} | "
+                         f"{r['predicted']:.3f} | {err} | {'yes' if res['ranking_ok'] else 'no'} |")
+        if res["memory"] is not None:
+            for m in res["memory"].to_dict("records"):
+                lines.append(f"| {case.name} | {m['schedule']} | peak memory {m['device']} (GiB) | "
+                             f"{m['published_GiB']:.2f} | {m['predicted_GiB']:.2f} | {m['error_%']:+.1f} % | |")
+    return "\n".join(lines) + "\n"

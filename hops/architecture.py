@@ -1,0 +1,103 @@
+"""A transformer described by its shape, and the per-layer figures that shape implies.
+
+A scenario that gives `pipeline.model` with `heads` (and `hidden_dim`, `seq_len`) lets a
+stage say only `device` and `layers`: its FLOPs, its weights, its activations and its
+element-wise memory traffic follow from the architecture here, so a user rebuilding a
+published setup states the model as its paper does instead of working out per-stage TFLOP
+by hand (and getting attention or grouped-query heads wrong).
+
+Counts are per sequence of ``seq_len`` tokens (one micro-batch row) and per layer, for the
+forward pass, with Megatron's conventions (Narayanan et al. 2021, appendix; Korthikanti et
+al. 2022, sec. 4.1): a multiply-add is 2 FLOPs, attention is counted over the full s x s
+square (a causal kernel that skips the masked half is a property of the stack), biases and
+norms (O(h) per layer) are left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Architecture:
+    layers: int | None
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_dim: int
+    ffn_gated: bool  # SwiGLU / GeGLU: three h x ffn matrices (gate, up, down) instead of two
+    seq_len: int
+    vocab: int
+    tied: bool
+
+    @property
+    def kv_share(self) -> float:
+        """K and V width over Q's: kv_heads / heads (grouped-query attention shares K and V heads)."""
+        return self.kv_heads / self.heads
+
+    @property
+    def ffn_matrices(self) -> int:
+        return 3 if self.ffn_gated else 2
+
+    def layer_params(self) -> float:
+        """Weights of one layer: Q, K, V (K and V at kv_share), the output projection, the FFN."""
+        h = self.hidden
+        return h * h * (2 + 2 * self.kv_share) + self.ffn_matrices * h * self.ffn_dim
+
+    def dense_flops(self) -> float:
+        """Forward GEMM FLOPs of one layer outside the attention core: 2 x tokens x weights.
+
+        At kv_heads = heads and a two-matrix FFN of 4h this is 24 s h^2, Megatron's figure.
+        """
+        return 2.0 * self.seq_len * self.layer_params()
+
+    def attention_flops(self) -> float:
+        """Forward FLOPs of the attention core of one layer: Q K^T and scores x V, 2 s^2 h each."""
+        return 4.0 * self.seq_len ** 2 * self.hidden
+
+    def scores(self) -> float:
+        """Attention scores of one layer: heads x s x s."""
+        return float(self.heads) * self.seq_len ** 2
+
+    def activation_bytes(self) -> float:
+        """Bytes one layer stashes for its backward without recomputation, the scores excluded.
+
+        Korthikanti et al. (2022, sec. 4.1) count 34 s b h for a GPT layer: attention 11 (the
+        QKV input 2, Q and K 4, V 2, the projection input 2, a dropout mask 1), MLP 19 (input
+        2, the two 4h activations 8 + 8, a dropout mask 1), two layer norms 4. Generalised:
+        K and V scale with kv_share, the MLP's inner activations with ffn_dim, and a gated FFN
+        stashes a third inner tensor (gate and up outputs and their product).
+        """
+        h, f = self.hidden, self.ffn_dim
+        attention = (7 + 4 * self.kv_share) * h
+        mlp = 3 * h + (6 if self.ffn_gated else 4) * f
+        return self.seq_len * (attention + mlp + 4 * h)
+
+    def elementwise_bytes(self) -> float:
+        """HBM traffic of one layer's forward outside the GEMMs' own operands (norms, activation
+        function, dropout, residual adds). Assumption: each stashed tensor is written once by its
+        producer and read once by a memory-bound consumer, so twice activation_bytes()."""
+        return 2.0 * self.activation_bytes()
+
+    def stage_work(self, layers: float, micro_batch: int) -> tuple[float, float, float]:
+        """(GEMM TFLOP, attention-core TFLOP, element-wise MB) of `layers` layers' forward for one
+        micro-batch. The LM head and the embedding are not here: hops.compute adds them to the
+        stages that run them (the last and the first model chunk)."""
+        b = layers * micro_batch
+        return b * self.dense_flops() / 1e12, b * self.attention_flops() / 1e12, b * self.elementwise_bytes() / 1e6
+
+    def stage_weights_mb(self, layers: float, vocab_matrices: int, bytes_per_element: float) -> float:
+        """Weights of a stage: its layers and the h x V matrices it holds (vocab_matrices())."""
+        params = layers * self.layer_params() + vocab_matrices * self.vocab * self.hidden
+        return params * bytes_per_element / 1e6
+
+
+def vocab_matrices(n_stages: int, ends: tuple[int, int], tied: bool) -> list[int]:
+    """h x V matrices per stage: the embedding where the first chunk runs, the LM head where
+    the last runs, one matrix for both when they share a stage and are tied."""
+    first, last = ends
+    out = [0] * n_stages
+    out[first] += 1
+    if last != first or not tied:
+        out[last] += 1
+    return out
+
