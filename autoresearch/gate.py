@@ -50,6 +50,7 @@ class GateConfig:
     fixture: dict
     epsilon: float
     citation_kinds: tuple[str, ...]
+    assumption_refused_under: tuple[str, ...] = ()
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -67,7 +68,8 @@ class GateConfig:
                        diagnostic_split=doc.get("diagnostic_split") or "",
                        aggregate={k: float(v) for k, v in doc["aggregate"].items()},
                        fixture={k: float(v) for k, v in doc["fixture"].items()}, epsilon=float(doc["epsilon"]),
-                       citation_kinds=tuple(doc["citation_kinds"]))
+                       citation_kinds=tuple(doc["citation_kinds"]),
+                       assumption_refused_under=tuple(doc.get("assumption_refused_under") or ()))
         except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise GateError(f"{path}: malformed gate config ({exc})") from None
 
@@ -228,6 +230,9 @@ def citation_violations(changes, citations: list[dict], cfg: GateConfig) -> list
             out.append(f"citation: {path} = {new}: kind {c.get('kind')!r} is not one of {', '.join(cfg.citation_kinds)}")
         elif c.get("kind") == "fit" and path not in fit_ok:
             out.append(f"citation: {path} = {new}: kind `fit` is allowed only for constants in search_space.yaml")
+        elif c.get("kind") == "assumption" and path.startswith(cfg.assumption_refused_under):
+            out.append(f"citation: {path} = {new}: kind `assumption` is refused for a value the calibration "
+                       f"variants read (gate.yaml assumption_refused_under); cite a spec sheet or a measurement")
     return out
 
 

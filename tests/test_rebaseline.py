@@ -198,3 +198,17 @@ def test_holding_counts_as_improving_only_for_a_metric_already_at_its_best():
     s = splits()
     s["train"] = (perfect, better)
     assert verdict(s, FLOOR, {}, [], {}, VARIANTS, "diagnostic") == []
+
+
+# --------------------------------------------------------------------------- assumptions
+def test_an_assumption_may_back_a_preset_outside_the_fixture_cluster_but_never_one_it_reads():
+    from autoresearch.gate import citation_violations
+
+    c = cfg()
+    cites = [{"path": p, "value": 0.2, "source": "stated next to it", "kind": "assumption"}
+             for p in ("stacks.megatron_core.k_floor_ms.default", "stacks.fixture_megatron.k_floor_ms.default",
+                       "devices.l4.peak_tflops")]
+    changes = [(x["path"], 0.1, 0.2) for x in cites]
+    out = citation_violations(changes, cites, c)
+    assert len(out) == 2 and all("kind `assumption` is refused" in v for v in out)
+    assert not any("megatron_core" in v for v in out)
