@@ -113,22 +113,22 @@ def relative_residuals(data: list[StagePhases], overrides: dict[str, float] | No
 
 
 def unseen_fallbacks(data: list[StagePhases], params: list[Param]) -> dict[str, float]:
-    """Per-device constants of GPUs no stage of `data` runs on, and what a preset without them gets.
+    """Per-GPU constants of GPUs no stage of `data` runs on, and what a GPU without them gets.
 
-    Such a constant has no residual, so a fit cannot move it. The model gives a device preset
-    without its own dispatch floors the generic per-layer floor (``model.k_floor_ms``) for forward
-    and backward (hops/compute.py); that is what a GPU the fit never saw runs with.
+    Such a constant has no residual, so a fit cannot move it. A stack gives a GPU without its own
+    dispatch floors its `default` forward floor, for the backward too (hops/compute.py); that is
+    what a GPU the fit never saw runs with. Per-GPU paths read ``stacks.<stack>.<key>.<gpu>``.
     """
     seen = {g for d in data for g in d.gpus}
-    generic = float(Catalog.load().model["k_floor_ms"])
+    stacks = Catalog.load().stacks
     out = {}
     for p in params:
         parts = p.path.split(".")
-        if parts[0] == "devices" and parts[1] not in seen:
+        if parts[0] == "stacks" and len(parts) == 4 and parts[3] not in seen:
             if parts[2] not in ("k_floor_ms", "k_floor_backward_ms"):
-                raise FitError(f"{p.path}: no stage of the fit data runs on {parts[1]} and the model has no "
+                raise FitError(f"{p.path}: no stage of the fit data runs on {parts[3]} and the stack has no "
                                f"generic value for {parts[2]}; leave that GPU's fixtures in the fit")
-            out[p.path] = generic
+            out[p.path] = float(stacks[parts[1]]["k_floor_ms"]["default"])
     return out
 
 

@@ -26,11 +26,14 @@ def _params(*paths):
     return [p for p in params if p.path in paths]
 
 
+STACK = "stacks.fixture_megatron"
+
+
 def test_the_fit_recovers_constants_that_generated_the_phase_times(shapes):
     # Three shapes (base, seq 4096, hidden 2048) separate GEMM efficiency from the attention traffic;
     # "measured" phases are the model's own prediction under known values away from the presets.
-    truth = {"model.compute_time_coefficient": 1.6, "model.attention_bytes_forward": 20.0,
-             "model.attention_bytes_backward": 40.0, "model.logits_bytes_forward": 30.0}
+    truth = {"stacks.fixture_megatron.compute_time_coefficient": 1.6, "stacks.fixture_megatron.attention_bytes_forward": 20.0,
+             "stacks.fixture_megatron.attention_bytes_backward": 40.0, "stacks.fixture_megatron.logits_bytes_forward": 30.0}
     synthetic = phase_fit.predicted(shapes, Catalog.load(truth))
     data, k = [], 0
     for d in shapes:
@@ -43,20 +46,21 @@ def test_the_fit_recovers_constants_that_generated_the_phase_times(shapes):
 
 
 def test_the_fit_stays_within_the_space_bounds_and_names_values_at_a_bound(shapes):
-    params = _params("model.compute_time_coefficient", "model.attention_bytes_forward")
+    params = _params("stacks.fixture_megatron.compute_time_coefficient", "stacks.fixture_megatron.attention_bytes_forward")
     doubled = [dataclasses.replace(d, measured=d.measured * 4.0) for d in shapes]  # no value in bounds gets there
     result = phase_fit.fit(doubled, params, starts=2)
     for p in params:
         assert p.low <= result.values[p.path] <= p.high
-    assert result.at_bound()["model.compute_time_coefficient"] == "high"
+    assert result.at_bound()["stacks.fixture_megatron.compute_time_coefficient"] == "high"
 
 
 def test_a_gpu_absent_from_the_fit_data_gets_the_generic_floor_not_a_fitted_one(fixtures_root):
     data = phase_fit.stage_phases(list_fixtures(fixtures_root, "train", ["exp2_8_h100_pair_pp2_run105"]))
-    result = phase_fit.fit(data, _params("devices.a10g.k_floor_ms", "devices.h100.k_floor_ms"), starts=1)
-    generic = Catalog.load().model["k_floor_ms"]
-    assert result.unseen == {"devices.a10g.k_floor_ms": generic}
-    assert result.values["devices.a10g.k_floor_ms"] == generic
+    a10g, h100 = f"{STACK}.k_floor_ms.a10g", f"{STACK}.k_floor_ms.h100"
+    result = phase_fit.fit(data, _params(a10g, h100), starts=1)
+    generic = Catalog.load().stacks["fixture_megatron"]["k_floor_ms"]["default"]
+    assert result.unseen == {a10g: generic}
+    assert result.values[a10g] == generic
 
 
 def test_crossval_fits_each_fold_without_the_fixtures_it_scores(fixtures_root, monkeypatch):
