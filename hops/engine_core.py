@@ -324,6 +324,17 @@ class Iteration:
         return self.stage_end
 
 
+def _data_parallel_reduced(rows: list, it: int, stage_end: list, ar_ms: list) -> list:
+    """When each stage's gradients are reduced: its flush plus its data-parallel all-reduce (recorded)."""
+    done = []
+    for s, t in enumerate(stage_end):
+        if ar_ms[s] > 0:
+            rows.append(("allreduce", s, "", t, t + ar_ms[s], it))
+            t += ar_ms[s]
+        done.append(t)
+    return done
+
+
 def end_iteration(record: Record, it: int, t_iter: float, stage_end: list, ar_ms: list, sync_ms: float,
                   host_ms: float, opt_ms: list) -> float:
     """Close iteration ``it`` as Megatron does; returns when the next one starts.
@@ -335,13 +346,7 @@ def end_iteration(record: Record, it: int, t_iter: float, stage_end: list, ar_ms
     """
     p = len(stage_end)
     rows = record.other
-    done = []
-    for s in range(p):
-        t = stage_end[s]
-        if ar_ms[s] > 0:
-            rows.append(("allreduce", s, "", t, t + ar_ms[s], it))
-            t += ar_ms[s]
-        done.append(t)
+    done = _data_parallel_reduced(rows, it, stage_end, ar_ms)
     barrier = max([t_iter] + done)
     if sync_ms > 0:  # first and last stage all-reduce the tied embedding grads; the step waits for it
         t = max(done[0], done[-1])
@@ -373,13 +378,7 @@ def end_iteration_post_validated(record: Record, it: int, stage_end: list, ar_ms
     """
     p = len(stage_end)
     rows = record.other
-    done = []
-    for s in range(p):
-        t = stage_end[s]
-        if ar_ms[s] > 0:
-            rows.append(("allreduce", s, "", t, t + ar_ms[s], it))
-            t += ar_ms[s]
-        done.append(t)
+    done = _data_parallel_reduced(rows, it, stage_end, ar_ms)
     if sync_ms > 0:
         t = max(done[0], done[-1])
         for s in (0, p - 1):

@@ -33,7 +33,9 @@ MEMORY_TIGHT = [
 
 def config_case(path: Path, catalog: Catalog):
     sc = load_scenario(path, catalog)
-    total = round(sum(stage_layers(sc, st, catalog.model) for st in sc.stages))
+    # whole layers, at least one per stage: the compute model's FLOPs-per-layer estimate (fitted at
+    # s = h) can put a config written at 24 s h^2 per layer a little under one layer a stage
+    total = sum(max(1, round(stage_layers(sc, st, catalog.model))) for st in sc.stages)
     devices = [Device(d.id, d.gpu, d.node, dict(sc.device_overrides.get(d.id, {}))) for d in sc.devices]
     model = ModelSpec(layers=total, hidden=sc.hidden_dim, seq=sc.seq_len, micro_batch=sc.micro_batch_size,
                       microbatches=sc.microbatches, vocab=sc.vocab_size or catalog.model["vocab_size"],
