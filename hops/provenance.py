@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]  # the repository (or install) root holding hops/
 
 MODEL_FILES = (
-    "hops/api.py", "hops/architecture.py", "hops/collectives.py", "hops/compute.py", "hops/engine.py", "hops/engine_core.py",
+    "hops/api.py", "hops/architecture.py", "hops/backward_split.py", "hops/collectives.py", "hops/compute.py", "hops/engine.py", "hops/engine_core.py",
     "hops/hardware.py", "hops/layer_split.py", "hops/memory.py", "hops/metrics.py", "hops/scenario.py", "hops/timeline.py",
     "hops/failures/*.py", "hops/schedulers/*.py", "hops/traces/*.py", "hops/schema/*.py",
     "hops/presets/*.yaml",

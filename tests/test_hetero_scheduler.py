@@ -112,8 +112,8 @@ def reference_configs():
 @pytest.mark.parametrize("factor", [1.0, 0.5])
 def test_no_regression_vs_the_best_builtin_and_bound_holds_on_reference(name, factor):
     paths = {p.stem: p for p in reference_configs()}
-    catalog = Catalog.load({"model.backward_split_floor_factor": factor})
     doc, _ = load_document(paths[name])
+    catalog = _study_catalog(factor, doc)
     ms = {}
     for schedule in BUILTINS + ["hetero_search"]:
         doc["pipeline"]["schedule"] = schedule
@@ -140,11 +140,13 @@ def test_no_regression_on_own_stress_configs(name):
 def test_a_split_backward_pays_the_floor_of_the_kernels_each_half_launches():
     from hops.compute import W_KERNEL_SHARE
 
-    # Six layers of h 1024 at a short sequence (s 128) on A10Gs: FLOPs, weight and attention-score
-    # traffic are below the A10G's six-layer dispatch floors, so B and W are set by their floor
-    # shares. The middle stage carries neither the embedding nor the LM head.
+    # Six layers of h 1024 at a short sequence (s 128) on A10Gs under the fixture stack (a pass is
+    # max(floor, GPU work) + launch): FLOPs, weight and attention-score traffic are below the
+    # A10G's six-layer dispatch floors, so B and W are set by their floor shares. The middle stage
+    # carries neither the embedding nor the LM head.
+    STACK = "stacks.fixture_megatron"
     sc = {"simulation": {"batches": 1, "microbatches": 4},
-          "pipeline": {"schedule": "1f1b", "model": {"hidden_dim": 1024, "seq_len": 128},
+          "pipeline": {"schedule": "1f1b", "stack": "fixture_megatron", "model": {"hidden_dim": 1024, "seq_len": 128},
                        "stages": [{"device": f"g{i}", "weights_mb": 100,
                                    "compute": {"mode": "analytical", "tflop": 0.0226, "memory_mb": 48}}
                                   for i in range(3)]},
@@ -152,10 +154,10 @@ def test_a_split_backward_pays_the_floor_of_the_kernels_each_half_launches():
                        "interconnect": {"same_node": "pcie"}}}
 
     def expected(factor, share=W_KERNEL_SHARE):
-        cat = Catalog.load({"model.backward_split_floor_factor": factor, "model.backward_w_kernel_share": share})
+        cat = Catalog.load({f"{STACK}.backward_split_floor_factor": factor, f"{STACK}.backward_w_kernel_share": share})
         return hops.simulate(sc, catalog=cat).summary["stages"][1]["expected_ms"]
 
-    launch = Catalog.load().devices["a10g"]["launch_overhead_ms"]  # W is one more invocation
+    launch = Catalog.load().stacks["fixture_megatron"]["launch_overhead_ms"]["a10g"]  # W is one more invocation
     e = expected(1.0)
     assert e["B"] - launch == pytest.approx((1 - W_KERNEL_SHARE) * (e["BW"] - launch))
     assert e["W"] - launch == pytest.approx(W_KERNEL_SHARE * (e["BW"] - launch))
@@ -232,10 +234,10 @@ def test_planner_is_never_slower_than_a_uniform_split_that_fits():
 
 
 # --------------------------------------------------------------------------- the V placement
-def _study_catalog(factor=1.0):
-    from experiments.hetero_scheduler.study import SPLIT_SHARE
+def _study_catalog(factor=1.0, doc=None):
+    from experiments.hetero_scheduler.study import study_catalog
 
-    return Catalog.load({"model.backward_split_floor_factor": factor, **SPLIT_SHARE})
+    return study_catalog(doc or {}, factor)
 
 
 def _run(doc, schedule, catalog, seed=101, jitter=0.0, virtual=1, **options):
@@ -347,23 +349,27 @@ def test_hetero_search_with_two_virtual_stages_runs_the_v_only():
 
 
 def test_a_faster_v_that_overruns_a_device_memory_loses_to_a_one_chunk_plan_that_fits():
-    """bench_l4_front runs the V (873 ms against 899). Make the last device's activations large
-    (5 GB a microbatch): the V then keeps 20 GB of them in flight there, the one-chunk plan 10 GB,
-    and only the latter fits the A10G's 24 GB beside its 6 GB of weights. Forced, the V overruns it."""
+    """bench_a10g_front with untied embeddings runs the V (296 ms against 362). The V puts the LM
+    head's own h x V matrix on device 0 as well (0.1 GB more there). State device 0's weights so
+    that the one-chunk plan fills its 24 GB to 23.95 GB: only that plan fits. Forced, the V
+    overruns it."""
     import copy
 
     paths = {p.stem: p for p in reference_configs()}
-    doc, _ = load_document(paths["bench_l4_front"])
+    doc, _ = load_document(paths["bench_a10g_front"])
     doc["pipeline"]["schedule"] = "hetero_search"
+    doc["pipeline"]["model"]["tied_embeddings"] = False
     assert hops.simulate(doc).extras["virtual_stages"] == 2
-    for st in doc["pipeline"]["stages"]:
-        st["activation_memory_mb"] = 5000 if st["device"] == "a10g_n3_g0" else 100
+    one = copy.deepcopy(doc)
+    one["pipeline"]["scheduler_options"] = {"placement": "one_chunk"}
+    used = hops.simulate(one).summary["peak_memory_mb"]["a10g_n0_g0"]
+    doc["pipeline"]["stages"][0]["weights_mb"] += 23950.0 - used
     auto = hops.simulate(doc)
     assert auto.extras["virtual_stages"] == 1 and auto.summary["memory_over_capacity"] == []
     forced = copy.deepcopy(doc)
     forced["pipeline"]["scheduler_options"] = {"placement": "v"}
     v = hops.simulate(forced).summary
-    assert v["memory_over_capacity"] == ["a10g_n3_g0"] and v["makespan_ms"] < auto.summary["makespan_ms"]
+    assert v["memory_over_capacity"] == ["a10g_n0_g0"] and v["makespan_ms"] < auto.summary["makespan_ms"]
 
 
 def test_an_unknown_placement_option_is_a_one_line_scenario_error_naming_the_field():
