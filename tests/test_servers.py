@@ -35,11 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TRAIN = ("exp2_13_a10g_pair_pp2_run135", "exp2_14_l4_pair_pp2_run137")
 DIAGNOSTIC = "exp3_47_diag_pp3_gpipe_a10g_h100_l4_run371"
+ARCHIVE = "exp2_9_g_only_pp4_run65"  # an older run of a config the tiny root does not hold: no noise pair
 PROVENANCE = {"git_commit", "git_diff_hash", "model_fingerprint", "split", "variants", "overrides"}
 # Every autoresearch command, each exercised against the tracking server below (a new
 # command fails test_every_autoresearch_command_is_exercised_here until it is added).
 COVERED = {"validate", "observe", "propose", "gate", "admit", "revert", "park", "repair", "search", "checkpoint",
-           "log", "noise", "precommit"}
+           "log", "noise", "precommit", "crossval", "rebaseline"}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -310,7 +311,9 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     tie()
     code, out, err = cli("gate")  # the aggregates improve (park needs that; per-fixture checks may fail)
     assert code in (0, 1) and "golden ->" in out, out + err
-    assert "parked iteration" in cli.ok("park")
+    parked_out = cli.ok("park")
+    assert "parked iteration" in parked_out
+    parked_n = parked_out.split("parked iteration ", 1)[1].split(":", 1)[0]
     arscratch.commit(repo, "parked")
     cli.ok("propose", "--hypothesis", "the untouched tree holds", "--change-site", "hops/compute.py",
            "--expect", "aggregates hold")
@@ -323,11 +326,20 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     cli.ok("log")
     assert "running the gate" in cli.ok("precommit", "hops/compute.py")  # a staged model file: the gate runs
     assert "mean |spread|" in cli.ok("noise", "--fixtures", str(fixtures_root))
+    # A re-baseline judged against the server and refused (an explanation that names no violation):
+    # its evidence is logged there all the same, and the tree goes back to HEAD.
+    (root / "archive" / "cluster_results").mkdir(parents=True)
+    (root / "archive" / "cluster_results" / ARCHIVE).symlink_to(fixtures_root / "archive" / "cluster_results" / ARCHIVE)
+    code, out, err = cli("rebaseline", "--on", parked_n, "--confirm-human", "servers test",
+                         "--explain", f"{TRAIN[0]}=names no violation")
+    assert code == 1 and f"--explain {TRAIN[0]}: not a fixture with a remaining violation" in out, out + err
+    assert "tied_embeddings: false" in model.read_text()
     # Commands that leave the tree alone, from this process (HOPS_AUTORESEARCH_STATE is a tmp dir).
     assert "link_calibrated" in autoresearch_here(capsys, "validate", "--split", "train")
     assert "worst fixtures" in autoresearch_here(capsys, "observe", "--top", "2")
     autoresearch_here(capsys, "checkpoint", "--split", "test", "--confirm-human", "servers test",
                       "--fixtures", str(root))
+    assert "left out" in autoresearch_here(capsys, "crossval", "--by", "device")
     # `search` against this server: test_four_search_workers_share_one_postgres_study.
 
     c = client(mlflow_server)
@@ -337,7 +349,8 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     by_type: dict[str, list] = {}
     for r in runs:
         by_type.setdefault(r.data.tags.get("run_type"), []).append(r)
-    assert {"iteration", "gate", "admit", "observe", "noise", "validate"} <= set(by_type), set(by_type)
+    assert {"iteration", "gate", "admit", "observe", "noise", "validate", "rebaseline", "crossval"} <= set(by_type), \
+        set(by_type)
     outcome = {r.data.tags.get("hypothesis"): r for r in by_type["iteration"]}
     parked, landed = outcome["Megatron ties the embeddings"], outcome["the untouched tree holds"]
     assert parked.data.tags["outcome"] == "parked" and parked.info.status == "KILLED"
