@@ -27,7 +27,7 @@ def _add_validate(subparsers) -> None:
     p = subparsers.add_parser(
         "validate", help="score the prediction variants against the measured fixtures of a split",
         description="Score spec / link_calibrated / replay predictions against every fixture of a split "
-                    "(definitions: DESIGN.md).")
+                    "(definitions: autoresearch/README.md).")
     p.add_argument("--split", required=True, metavar="{train,diagnostic,archive}",
                    help="fixture split to score (the test split is held out)")
     p.add_argument("--variant", action="extend", nargs="+", metavar="NAME",

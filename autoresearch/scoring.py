@@ -86,7 +86,7 @@ def spearman(a, b) -> float:
 
 
 def score(measured: Side, predicted: Side) -> dict:
-    """Per-fixture scores (DESIGN.md definitions) and the stage x phase breakdown."""
+    """Per-fixture scores (definitions: autoresearch/README.md) and the stage x phase breakdown."""
     m, p = measured.throughput_per_s, predicted.throughput_per_s
     pred = {(s, ph): v for s, ph, v in predicted.breakdown}
     return {

@@ -1,4 +1,4 @@
-"""The three prediction variants of DESIGN.md, and what each one is allowed to see.
+"""The three prediction variants (autoresearch/README.md, Definitions), and what each one is allowed to see.
 
 The information boundary is structural, not a convention: the builders of
 `spec` and `link_calibrated` take a Fixture and nothing else, so no value

@@ -1,6 +1,6 @@
 """The single implementation of every headline metric, applied to any Timeline.
 
-Definitions follow DESIGN.md: leading warm-up iterations (wall time >= 3x the
+Definitions follow autoresearch/README.md (Definitions): leading warm-up iterations (wall time >= 3x the
 median of the iterations after them) are dropped, and everything is measured
 over the window spanned by the iterations that remain.
 """

@@ -1,7 +1,7 @@
 """Importers that turn measured runs into the same shapes the simulator produces.
 
 A trace becomes a Timeline and a link benchmark becomes scenario `overrides`, so
-measured and simulated runs are scored by the same code (DESIGN.md, data flow).
+measured and simulated runs are scored by the same code (README, Real traces and calibration).
 """
 from .link_bench import fit_link_bench, link_overrides
 from .megatron import load_trace
