@@ -38,6 +38,28 @@ def test_interleaved_holds_megatrons_warm_up_plus_one_chunks(p, m, v):
     assert s["peak_in_flight"] == [min(w + 1, total) for w in warm]
 
 
+@pytest.mark.parametrize("p,m,v", [(4, 4, 2), (8, 8, 2), (4, 8, 2), (4, 4, 4)])
+def test_pytorchs_warm_up_has_no_all_forward_case_at_m_equal_p(p, m, v):
+    """torch.distributed.pipelining's ScheduleInterleaved1F1B: (v - 1)p + 2(p - d - 1) warm-up
+    forwards capped at mv, at m = p too; elsewhere it is Megatron's order. At unit times the
+    time is the same: (p - 1)/(v m) bubble either way."""
+    sc = interleaved(p, m, v)
+    sc["pipeline"]["scheduler_options"] = {"warmup": "pytorch"}
+    s = hops.simulate(sc).summary
+    total = m * v
+    warm = [min(2 * (p - d - 1) + (v - 1) * p, total) for d in range(p)]
+    assert s["peak_in_flight"] == [min(w + 1, total) for w in warm]
+    assert s["makespan_ms"] == pytest.approx(hops.simulate(interleaved(p, m, v)).summary["makespan_ms"])
+
+
+def test_an_unknown_interleaved_warm_up_is_an_error_naming_the_option():
+    sc = interleaved(4, 8, 2)
+    sc["pipeline"]["scheduler_options"] = {"warmup": "torch"}
+    with pytest.raises(hops.HopsError) as err:
+        hops.simulate(sc)
+    assert str(err.value) == "pipeline.scheduler_options.warmup: got 'torch'; expected one of megatron, pytorch"
+
+
 def test_every_chunk_runs_each_phase_once_per_microbatch():
     p, m, v = 4, 8, 2
     tl = hops.simulate(interleaved(p, m, v)).timeline

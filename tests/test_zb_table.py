@@ -73,11 +73,31 @@ def test_bubble_rates(p, m):
 def test_zb_v_reaches_zero_bubble_only_above_1f1b_memory_in_hops(p, m):
     """Not the table: at ZB-V's 1x memory (2p chunk activations) HOPS's V rules finish device 0
     last in every iteration, so post-validation overlaps nothing and the bubble stays
-    (p - 1) / 6m; with 3p - 1 chunk activations (about 1.5x) they reach the table's zero."""
+    (p - 1) / 6m; with 3p - 1 chunk activations (about 1.5x) they reach the table's zero.
+    Orders that reach it at 2p exist (the test below): the shortfall is the rules'."""
     assert bubble_rate(p, m, "zb_v") == pytest.approx((p - 1) / (6 * m))
     assert bubble_rate(p, m, "zb_v", cap=3 * p - 1) == pytest.approx(0.0, abs=1e-9)
     ofob = activation_mb(p, m, "1f1b")
     assert activation_mb(p, m, "zb_v", cap=3 * p - 1) / ofob == pytest.approx((3 * p - 1) / (2 * p))
+
+
+def test_a_zero_bubble_zb_v_order_exists_at_1f1b_memory_where_hops_rules_miss_it():
+    """The table's claim holds for the schedule, not for HOPS's rules: an integer program finds
+    an order at 2p chunk activations in which device d is busy over [d, 6m + d), and HOPS's
+    own replay of it, iterated back to back as post-validation runs it, adds exactly 6m per
+    iteration (zero bubble); one activation fewer admits no such order."""
+    from experiments.literature.zbv_order import parallelogram_order
+    from hops.schedulers.zb_v import list_schedule
+
+    p, m, its = 2, 4, 3
+    order = parallelogram_order(p, m, 2 * p)
+    assert order is not None
+    again = [[(0 if t[1] == "a" else 1, t[0], int(t[2:]) + i * m) for i in range(its) for t in o] for o in order]
+    span, peak, _ = list_schedule(p, m * its, None, orders=again)
+    assert span == 6 * m * its + p - 1 and max(peak) == 2 * p
+    assert list_schedule(p, m, None)[0] == 6 * m + p - 1  # HOPS's rules: one iteration is as short ...
+    assert bubble_rate(p, m, "zb_v") == pytest.approx((p - 1) / (6 * m))  # ... but the steady state is not
+    assert parallelogram_order(p, m, 2 * p - 1) is None
 
 
 @pytest.mark.parametrize("p,m", PM)

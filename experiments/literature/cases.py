@@ -44,7 +44,7 @@ class Case:
 
 def cluster(p: int, *, gpu: str, host: str, model: dict, seq_len: int, micro_batch: int, microbatches: int,
             schedule: str, layers: int | str, dp: int = 1, dp_link: str | None = None, virtual: int = 1,
-            post_validation: bool = False) -> dict:
+            post_validation: bool = False, options: dict | None = None) -> dict:
     """p pipeline stages on p GPUs, 8 to a host, 3 iterations with the Adam step; the stack is
     the default one (megatron_core)."""
     opt = {"enabled": True, "post_validation": post_validation}
@@ -53,6 +53,7 @@ def cluster(p: int, *, gpu: str, host: str, model: dict, seq_len: int, micro_bat
     return {
         "simulation": {"batches": 3, "microbatches": microbatches, "micro_batch_size": micro_batch, "seed": 0},
         "pipeline": {"schedule": schedule, "virtual_stages": virtual, "model": {**model, "seq_len": seq_len},
+                     "scheduler_options": options or {},
                      "stages": [{"device": f"gpu{i}", "layers": layers} for i in range(p)]},
         "hardware": {"host": host, "devices": [{"id": f"gpu{i}", "gpu": gpu, "node": f"node{i // 8}"}
                                                for i in range(p)],
@@ -68,7 +69,8 @@ def internevo(schedule: str, _: str = "") -> dict:
 
 def torchtitan(schedule: str, _: str = "") -> dict:
     return cluster(8, gpu="h100_sxm", host="dgx_h100", model=LLAMA3_8B, seq_len=512, micro_batch=2, microbatches=8,
-                   schedule=schedule, layers=4, virtual=2)
+                   schedule=schedule, layers=4, virtual=2,
+                   options={"warmup": "pytorch"} if schedule == "interleaved_1f1b" else None)
 
 
 # The Zero Bubble paper's Table 3 settings, as recalled (not re-read here: see the assumptions):
@@ -130,10 +132,23 @@ CASES = (
         memory_gib={"interleaved_1f1b": {"gpu0": 22.74, "gpu7": 17.97}, "zb_v": {"gpu0": 20.57, "gpu7": 22.23}},
         assumptions=("GPUs: 8 x H100 SXM on one DGX H100 node (NVLink 4); the issue's logs do not name them",
                      "batch 16 = 8 microbatches of 2 sequences of 512; 2 model chunks per rank, 2 layers each",
+                     "interleaved 1F1B with PyTorch's warm-up (scheduler_options warmup: pytorch; torchtitan runs "
+                     "torch.distributed.pipelining's ScheduleInterleaved1F1B): (v-1)p + 2(p-1-d) warm-up forwards, "
+                     "without Megatron's all-forward warm-up at m = p, so rank 7 holds 9 chunk activations, rank 0 "
+                     "16 (Megatron's order: 16 on every rank)",
                      "torchtitan's ScheduleInterleavedZeroBubble is modelled by HOPS's zb_v (2 chunks per rank, "
-                     "split backward, 1F1B memory); their chunk placement differs (loop vs V)",
-                     "no activation checkpointing (as published); default stack megatron_core; Adam state counted "
-                     "as Megatron's mixed precision (14 B/param), torchtitan keeps fp32 params (16 B/param)")),
+                     "split backward); HOPS has no loop-placed zero-bubble schedule. The placements differ: "
+                     "torchtitan's loop keeps the embedding on rank 0 and the LM head on rank 7, ZB-V's V puts both "
+                     "on rank 0, so the zb_v memory rows compare different placements (rank 0 carries a second "
+                     "128256 x 4096 matrix with its optimizer state in HOPS, about 6.8 GiB, that torchtitan's "
+                     "rank 0 does not hold) and are not a check of HOPS's accounting",
+                     "no activation checkpointing (as published); default stack megatron_core; weights and Adam "
+                     "state counted as Megatron's mixed precision (14 B/param: bf16 weights, fp32 master, m, v); "
+                     "the issue does not say torchtitan's dtypes (without FSDP it keeps fp32 parameters and "
+                     "gradients, 16 B/param) or whether its figure is allocated or reserved memory",
+                     "not counted: the LM-head stage's fp32 logits (s b V x 4 B, 0.49 GiB per microbatch here) "
+                     "while a microbatch's loss awaits its backward; counting them would raise rank 7, where "
+                     "HOPS is already above the published figure")),
     Case(
         name="Zero Bubble paper: GPT 1.5B-28.3B on 8-32 A100",
         source="Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024: up to +23 % over 1F1B at similar memory, "
@@ -149,7 +164,11 @@ CASES = (
                      "compared with HOPS's best ratio over the grid",
                      "A100 80GB SXM, 8 per node with DGX A100 NICs; the paper used RoCE between nodes",
                      "layers split by layers: auto (the paper does not list its split)",
-                     "ZB-H2 and ZB-V with optimizer post-validation, as the paper runs them")),
+                     "ZB-H2 and ZB-V with optimizer post-validation, as the paper runs them",
+                     "the paper's measured schedules are (as recalled) its automatically searched ZB-1p (1F1B's "
+                     "memory) and ZB-2p (twice it), which HOPS does not implement; HOPS runs the handcrafted ZB-V "
+                     "and ZB-H2 of the same memory. A search that plans with the measured F, B, W and message "
+                     "times can beat a handcrafted order of the same memory, which may be part of ZB-H2's miss")),
     Case(
         name="ZB repository table: F = B = W, p 4, m 16",
         source="sail-sg/zero-bubble-pipeline-parallelism README table: bubble (p-1)/m, (p-1)/3m, 0, 0; activation "
@@ -166,6 +185,10 @@ CASES = (
         assumptions=("bubble = (period - 3m) / 3m, the period being the steady-state time per iteration: the time between the last two of 6 iterations' ends (the table is a steady state; the first fill is paid once)",
                      "ZB-H2 and ZB-V with optimizer post-validation (no barrier between iterations), as the "
                      "repository runs them; ZB-V at its default in-flight cap (2p chunk activations, 1F1B's memory)",
+                     "ZB-V's miss is HOPS's order, not the schedule: its list rules finish device 0 last in every "
+                     "iteration, so the steady state keeps (p-1)/6m; orders at 2p with zero steady-state bubble "
+                     "exist (python -m experiments.literature.zbv_order 4 8 finds one), HOPS has no rule that "
+                     "builds them for every p and m yet",
                      "activation memory: the peak of the stage holding most (1000 MB per microbatch and stage)",
                      "ZB-H2's published 2x is the rounded, large-p figure: the ZB paper's Table 1 gives its peak as "
                      "(2p-1) M_B against 1F1B's p M_B, 1.75x at p 4; the error column is against the published 2x")),

@@ -10,6 +10,12 @@ multiple of p. At unit times the bubble is (p - 1)/(v m) of the ideal time, v ti
 smaller than 1F1B's, for v times the pipeline messages and more activations held early.
 Written from the paper and that function's documented order; checked in
 tests/test_virtual_stages.py.
+
+``scheduler_options: {warmup: pytorch}`` runs the same order with PyTorch's warm-up
+(torch.distributed.pipelining's ScheduleInterleaved1F1B, which torchtitan uses): the same
+(v - 1)p + 2(p - d - 1) forwards, capped at mv, but without Megatron's all-forward warm-up
+at m = p. It matters for memory, not for time at m = p: there Megatron's device d holds all
+mv chunk activations, PyTorch's only its warm-up plus one.
 """
 from __future__ import annotations
 
@@ -19,7 +25,8 @@ from ..errors import ScenarioError
 
 class Interleaved1F1B(DeviceOrderScheduler):
     name = "interleaved_1f1b"
-    option_names = ()
+    option_names = ("warmup",)
+    WARMUPS = ("megatron", "pytorch")
 
     @classmethod
     def placement(cls, p: int, v: int) -> list[tuple[int, int]]:
@@ -34,6 +41,10 @@ class Interleaved1F1B(DeviceOrderScheduler):
         if meta.n_microbatches % p:
             raise ScenarioError("simulation.microbatches", f"{meta.n_microbatches} microbatches; interleaved 1F1B "
                                 f"(Megatron) needs a multiple of the {p} pipeline stages")
+        self.warmup = self.options.get("warmup", "megatron")
+        if self.warmup not in self.WARMUPS:
+            raise ScenarioError("pipeline.scheduler_options.warmup", f"got {self.warmup!r}; expected one of "
+                                + ", ".join(self.WARMUPS))
         super().configure(meta)
 
     def device_order(self, d: int, p: int, v: int, m: int) -> list[tuple[int, str, int]]:
@@ -44,7 +55,8 @@ class Interleaved1F1B(DeviceOrderScheduler):
             chunk = group // p if forward else v - 1 - group // p
             return chunk, "F" if forward else "BW", (k // (p * v)) * p + k % p
 
-        warm = total if m == p else min((p - d - 1) * 2 + (v - 1) * p, total)
+        all_forward = m == p and self.warmup == "megatron"
+        warm = total if all_forward else min((p - d - 1) * 2 + (v - 1) * p, total)
         order = [task(k, True) for k in range(warm)]
         for k in range(total - warm):
             order += [task(warm + k, True), task(k, False)]

@@ -36,7 +36,12 @@ iteration last, and N iterations at unit times take N(6m + p - 1), as under the 
 ``scheduler_options: {max_in_flight: 3p - 1}`` (chunk activations per device, about 1.5x
 1F1B's memory) each further iteration adds exactly 6m, the steady-state zero bubble, at every
 (p, m) tried with p <= 4 and at (5, 11) and (8, 32) (tests/test_zb_table.py), and 1 to 2
-units more at (5, 10), (6, 12) and (8, 16). Whether an order at 2p exists is open here. ``max_in_flight`` below 2p is refused: the
+units more at (5, 10), (6, 12) and (8, 16). Orders at 2p that do reach it exist, so the
+shortfall is these rules', not the schedule's: an integer program
+(``python -m experiments.literature.zbv_order P M``) finds one with device d busy over
+[d, 6m + d) at (2, 4), (2, 8), (3, 6) and (4, 8), and HOPS's replay of it iterated back to
+back adds exactly 6m per iteration (tests/test_zb_table.py); a rule that builds such an
+order for every p and m is not written yet. ``max_in_flight`` below 2p is refused: the
 rules stall there.
 """
 from __future__ import annotations
