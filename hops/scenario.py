@@ -466,10 +466,16 @@ def _check_failure_devices(f, devices, src) -> None:
 
 
 def _check_hops(s: Scenario, catalog, src) -> None:
-    """Every consecutive pair of stages on different devices needs a link."""
+    """Every consecutive pair of stages on different devices needs a link, and every tensor-parallel
+    group a link between its GPUs."""
     from .hardware import Topology
 
     topo = Topology(s, catalog)
+    for i, st in enumerate(s.stages):
+        if st.tp > 1 and topo.link(st.gpus[0], st.gpus[1]) is None:
+            raise ScenarioError(f"pipeline.stages[{i}].devices",
+                                f"no link inside the tensor-parallel group: set hardware.interconnect.same_node or "
+                                f"use a host preset with a gpu_link", src)
     for i in range(s.n_stages - 1):
         a, b = s.stages[i].device, s.stages[i + 1].device
         if a != b and topo.link(a, b) is None:
