@@ -140,3 +140,36 @@ def test_the_search_counts_grow_as_documented():
         per_choice.setdefault(tuple(sorted(set(s))), []).append(s)
     assert all(len(v) == 2 for v in per_choice.values())
     assert math.comb(4, 2) > 2  # a mixed 2+2 pipeline would have 6 orders without the limit
+
+
+def request_file(tmp_path, **training):
+    import yaml
+
+    doc = {"model": TINY, "inventory": [{"gpu": "h100_sxm", "host": "dgx_h100", "nodes": 1, "gpus_per_node": 4,
+                                         "price_per_gpu_hour": 2.0}],
+           "training": {"global_batch": 8, **training}}
+    path = tmp_path / "request.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_the_cli_prints_the_plans_and_writes_the_best_as_a_scenario(tmp_path, capsys):
+    import hops
+    from hops.plan import main
+
+    out = tmp_path / "best.yaml"
+    assert main([str(request_file(tmp_path, schedules=["1f1b"])), "--top", "1", "--scenario", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "plan 1" in text and "uniform split" in text and "cost/sample" in text
+    assert hops.simulate(str(out)).summary["throughput"]["samples_per_s"] > 0
+
+
+@pytest.mark.parametrize("training,field", [({"data_parallel": 64}, "training.data_parallel"),
+                                            ({"global_batch": 0}, "training.global_batch"),
+                                            ({"sharding": "zero9"}, "training.sharding")])
+def test_the_cli_refuses_a_bad_request_in_one_line(tmp_path, capsys, training, field):
+    from hops.plan import main
+
+    assert main([str(request_file(tmp_path, **training))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and field in err, err
