@@ -336,7 +336,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
     (transformer layers, plus the word embeddings on the stage that runs the first model
     chunk and the LM head on the one that runs the last: the first and last stage, or only
     the first under ZB-V's V placement), at `optimizer_step_bytes_per_param`; otherwise
-    from weights_mb.
+    from weights_mb. A GPU steps its share of the stage (tensor-parallel group, sharded optimizer).
     """
     ends = (0, scenario.n_stages - 1) if ends is None else ends
     if not scenario.optimizer_enabled:
@@ -356,7 +356,9 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         else:
             k = m["optimizer_bytes_per_weight_byte"]
             traffic_mb = st.weights_mb * (2.0 + 2.0 * k)  # read grads + weights, read/write states, write weights
-        out.append(traffic_mb / dev.memory_bandwidth_gbps + m["optimizer_step_fixed_ms"])
+        # each GPU of a tensor-parallel group steps its 1/t; a sharded optimizer (zero1, fsdp) its 1/d of that
+        shards = st.tp * (scenario.dp_degree if scenario.dp_sharding != "none" else 1)
+        out.append(traffic_mb / shards / dev.memory_bandwidth_gbps + m["optimizer_step_fixed_ms"])
     return out
 
 

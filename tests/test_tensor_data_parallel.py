@@ -280,3 +280,18 @@ def test_a_gpu_in_two_groups_and_a_stage_with_both_device_and_devices_are_refuse
     doc = groups_doc(2)
     doc["pipeline"]["stages"][0]["device"] = "n0g0"
     one_line_error(doc, "pipeline.stages[0].devices")
+
+
+def test_each_gpu_steps_its_share_of_the_optimizer_state():
+    """The Adam step is HBM traffic per parameter: a GPU of a TP-t group steps 1/t of the stage,
+    and under a sharded optimizer 1/d of that."""
+    def step_ms(doc):
+        tl = hops.simulate(doc).timeline
+        opt = (tl.kind == "optimizer") & (tl.stage == 1) & (tl.iteration == 0)
+        return float((tl.end_ms - tl.start_ms)[opt][0])
+
+    fixed = Catalog.load().constants("megatron_core")["optimizer_step_fixed_ms"]
+    one = step_ms(groups_doc(1, optimizer=True)) - fixed
+    assert step_ms(groups_doc(4, optimizer=True)) - fixed == pytest.approx(one / 4)
+    sharded = groups_doc(4, optimizer=True, dp={"degree": 2, "sharding": "zero1"})
+    assert step_ms(sharded) - fixed == pytest.approx(one / 8)
