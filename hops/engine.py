@@ -157,9 +157,12 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     if scenario.failure is not None:  # per-device slowdowns (fixed or drawn) stretch that device's compute
         from .failures import straggler_factors
 
-        stragglers = straggler_factors(scenario.failure, dev_ids, rngs["straggler"])
+        # a tensor-parallel group runs at its slowest GPU's pace
+        group_of = {st.device: st.gpus for st in scenario.stages}
+        gpus = list(dict.fromkeys(g for d in dev_ids for g in group_of[d]))
+        stragglers = straggler_factors(scenario.failure, gpus, rngs["straggler"])
         for s in range(p):
-            factor = stragglers.get(stage_dev[s], 1.0)
+            factor = max(stragglers.get(g, 1.0) for g in group_of[stage_dev[s]])
             if factor != 1.0:
                 samples[s] = {ph: arr * factor for ph, arr in samples[s].items()}
     physical.check_samples(scenario, compute.devices, phys, samples)

@@ -295,3 +295,17 @@ def test_each_gpu_steps_its_share_of_the_optimizer_state():
     assert step_ms(groups_doc(4, optimizer=True)) - fixed == pytest.approx(one / 4)
     sharded = groups_doc(4, optimizer=True, dp={"degree": 2, "sharding": "zero1"})
     assert step_ms(sharded) - fixed == pytest.approx(one / 8)
+
+
+def test_a_group_runs_at_its_slowest_gpus_pace():
+    doc = groups_doc(4)
+    base = hops.simulate(doc).timeline
+    doc["failure"] = {"enabled": True, "stragglers": {"fixed": {"n1g2": 1.5}}}
+    slow = hops.simulate(doc).timeline
+
+    def f_ms(tl, s):
+        sel = (tl.kind == "compute") & (tl.stage == s) & (tl.phase == "F")
+        return (tl.end_ms - tl.start_ms)[sel]
+
+    assert f_ms(slow, 1) == pytest.approx(1.5 * f_ms(base, 1))
+    assert f_ms(slow, 0) == pytest.approx(f_ms(base, 0))
