@@ -45,7 +45,13 @@ def data_parallel_link(scenario, catalog, device) -> tuple[float, float]:
     if scenario.dp_interconnect:
         link = catalog.interconnects[scenario.dp_interconnect]
         return float(link["bandwidth_gbps"]), float(link["latency_ms"])
-    link = catalog.interconnects[scenario.cross_node or scenario.same_node]
+    preset = scenario.cross_node or scenario.same_node
+    if preset is None:
+        from .errors import ScenarioError
+
+        raise ScenarioError("optimizer.data_parallel.interconnect", "missing; the replicas need a link: give it "
+                                                                    "or hardware.interconnect.cross_node")
+    link = catalog.interconnects[preset]
     bw = float(link["bandwidth_gbps"])
     if scenario.cross_node and device.host_network_gbps:
         bw = min(bw, device.host_network_gbps)

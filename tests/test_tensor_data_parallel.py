@@ -309,3 +309,10 @@ def test_a_group_runs_at_its_slowest_gpus_pace():
 
     assert f_ms(slow, 1) == pytest.approx(1.5 * f_ms(base, 1))
     assert f_ms(slow, 0) == pytest.approx(f_ms(base, 0))
+
+
+def test_replicas_without_a_link_are_refused_naming_the_field():
+    doc = groups_doc(2, stages=1, optimizer=True, dp={"degree": 2})  # one DGX: no link between stages needed
+    del doc["hardware"]["interconnect"]
+    with pytest.raises(ScenarioError, match="^optimizer.data_parallel.interconnect: missing"):
+        hops.simulate(doc)
