@@ -67,7 +67,10 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "scheduler_effective": getattr(getattr(res.scheduler, "chosen", None), "name", res.scheduler.name),
         "seed": seed,
         "stages": [{"stage": i, "device": st.device, "gpu": topo.devices[st.device].gpu,
-                    "expected_ms": {"F": e.f, "B": e.b, "W": e.w, "BW": e.bw}, "layers": e.layers}
+                    "expected_ms": {"F": e.f, "B": e.b, "W": e.w, "BW": e.bw}, "layers": e.layers,
+                    # a tensor-parallel group: its GPUs and the collectives its passes leave exposed
+                    **({"tensor_parallel": {"devices": list(st.gpus), "exposed_collective_ms":
+                                            {"F": e.tp_f, "B": e.tp_b, "BW": e.tp_bw}}} if st.tp > 1 else {})}
                    for i, (st, e) in enumerate(zip(sc.stages, res.expected))],
         "peak_in_flight": res.peak_in_flight,
         "link_contention": res.link_stats,

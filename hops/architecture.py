@@ -58,19 +58,31 @@ class Architecture:
         """Attention scores of one layer: heads x s x s."""
         return float(self.heads) * self.seq_len ** 2
 
-    def activation_bytes(self) -> float:
-        """Bytes one layer stashes for its backward without recomputation, the scores excluded.
+    def activation_bytes(self, tp: int = 1, sequence_parallel: bool = False) -> float:
+        """Bytes one layer stashes for its backward without recomputation, the scores excluded,
+        on each GPU of a tensor-parallel group of `tp`.
 
         Korthikanti et al. (2022, sec. 4.1) count 34 s b h for a GPT layer: attention 11 (the
         QKV input 2, Q and K 4, V 2, the projection input 2, a dropout mask 1), MLP 19 (input
         2, the two 4h activations 8 + 8, a dropout mask 1), two layer norms 4. Generalised:
         K and V scale with kv_share, the MLP's inner activations with ffn_dim, and a gated FFN
         stashes a third inner tensor (gate and up outputs and their product).
+
+        Under tensor parallelism (sec. 4.2.1) the heads' tensors and the MLP's inner ones split
+        t ways while 10 s b h stay whole on every rank (the two layer norms' inputs 4, the
+        attention's and the MLP's inputs 2 + 2, their two dropout masks 1 + 1): 34 becomes
+        10 + 24/t. Sequence parallelism (sec. 4.2.2) splits those along the sequence too: 34/t.
         """
         h, f = self.hidden, self.ffn_dim
         attention = (7 + 4 * self.kv_share) * h
         mlp = 3 * h + (6 if self.ffn_gated else 4) * f
-        return self.seq_len * (attention + mlp + 4 * h)
+        whole = self.seq_len * (attention + mlp + 4 * h)
+        if tp == 1:
+            return whole
+        if sequence_parallel:
+            return whole / tp
+        replicated = 10 * self.seq_len * h
+        return replicated + (whole - replicated) / tp
 
     def elementwise_bytes(self) -> float:
         """HBM traffic of one layer's forward outside the GEMMs' own operands (norms, activation

@@ -75,6 +75,8 @@ def _slice_name(kind: str, phase: str) -> str:
         return "OPT"
     if kind == "transfer":
         return f"send {phase}" if phase else "send"
+    if kind == "collective":
+        return f"TP collectives {phase}"
     return kind
 
 

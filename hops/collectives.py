@@ -1,5 +1,6 @@
-"""Collectives at the end of an iteration: the data-parallel gradient all-reduce and the
-tied-embedding gradient all-reduce between the first and the last pipeline stage.
+"""Collectives: the data-parallel gradient reduction and the tied-embedding gradient
+all-reduce at the end of an iteration, and the ring times of the tensor-parallel reductions
+inside a pass (hops.compute adds those to the stage's times).
 
 Megatron-style GPT training keeps a copy of the word embeddings on the last stage for the
 LM head (tied input/output embeddings). After every pipeline flush the two copies' gradients
@@ -17,17 +18,91 @@ def ring_allreduce_ms(size_mb: float, ranks: int, bandwidth_gbps: float, latency
     return 2 * (ranks - 1) * latency_ms + 2 * (ranks - 1) / ranks * size_mb / bandwidth_gbps
 
 
-def data_parallel_allreduce_ms(scenario, catalog) -> list[float]:
-    """Per-stage gradient all-reduce across data-parallel replicas (ring, or naive through one root)."""
-    d = scenario.dp_degree
-    if d <= 1 or not scenario.optimizer_enabled:
-        return [0.0] * scenario.n_stages
-    preset = scenario.dp_interconnect or scenario.cross_node or scenario.same_node
+def ring_half_ms(size_mb: float, ranks: int, bandwidth_gbps: float, latency_ms: float) -> float:
+    """Ring reduce-scatter or all-gather of a `size_mb` tensor: n-1 steps of size/n, half an all-reduce."""
+    if ranks <= 1 or size_mb <= 0:
+        return 0.0
+    return (ranks - 1) * latency_ms + (ranks - 1) / ranks * size_mb / bandwidth_gbps
+
+
+def tensor_parallel_ms(size_mb: float, ranks: int, bandwidth_gbps: float, latency_ms: float) -> float:
+    """One of Megatron's tensor-parallel reductions of a b x s x h activation inside a node.
+
+    Without sequence parallelism it is a ring all-reduce; with it (Korthikanti et al. 2022,
+    sec. 4.2.2) the all-reduce splits into an all-gather before the parallel GEMM and a
+    reduce-scatter after it, together the same 2(t-1)/t of the bytes and 2(t-1) steps, so
+    the time is the same; what sequence parallelism changes is the activation memory
+    (hops.memory.layer_activation_bytes)."""
+    return ring_allreduce_ms(size_mb, ranks, bandwidth_gbps, latency_ms)
+
+
+def data_parallel_link(scenario, catalog, device) -> tuple[float, float]:
+    """(GB/s, ms) of a data-parallel ring through `device`: the scenario's
+    `optimizer.data_parallel.interconnect` when given (as is: the user says where the replicas
+    sit), else the replicas sit on other hosts of the same type (one pipeline per set of nodes,
+    Megatron's rank order puts the data-parallel dimension outside the tensor- and pipeline-
+    parallel ones), over the cross-node preset capped by the host's network interface."""
+    if scenario.dp_interconnect:
+        link = catalog.interconnects[scenario.dp_interconnect]
+        return float(link["bandwidth_gbps"]), float(link["latency_ms"])
+    preset = scenario.cross_node or scenario.same_node
+    if preset is None:
+        from .errors import ScenarioError
+
+        raise ScenarioError("optimizer.data_parallel.interconnect", "missing; the replicas need a link: give it "
+                                                                    "or hardware.interconnect.cross_node")
     link = catalog.interconnects[preset]
-    bw, lat = float(link["bandwidth_gbps"]), float(link["latency_ms"])
-    if scenario.dp_algorithm == "ring":
-        return [ring_allreduce_ms(st.weights_mb, d, bw, lat) for st in scenario.stages]
-    return [2 * (d - 1) * (lat + st.weights_mb / bw) for st in scenario.stages]
+    bw = float(link["bandwidth_gbps"])
+    if scenario.cross_node and device.host_network_gbps:
+        bw = min(bw, device.host_network_gbps)
+    return bw, float(link["latency_ms"])
+
+
+def data_parallel_ms(scenario, catalog, topology, backward_ms=None, forward_ms=None) -> list[float]:
+    """Per stage, the exposed time of its data-parallel gradient reduction at the iteration's end.
+
+    Each GPU of a stage's tensor-parallel group reduces its 1/t of the stage's gradients with
+    the same GPU of the other `optimizer.data_parallel.degree` - 1 replicas, t rings side by
+    side (hops.collectives.data_parallel_link). Gradients travel as Megatron keeps them, in
+    fp32 main-grad buffers (`embedding_grad_bytes_per_element`, 4 B per parameter under bf16).
+    `optimizer.data_parallel.sharding`:
+      none   a ring all-reduce of the gradients;
+      zero1  Megatron's distributed optimizer (ZeRO-1; Rajbhandari et al. 2020): a
+             reduce-scatter of the gradients, each rank steps its 1/d, then an all-gather of
+             the updated bf16 weights;
+      fsdp   ZeRO-3 under pipelining (torchtitan keeps the gathered weights from the first
+             microbatch's forward to the last one's backward): the same all-gather and
+             reduce-scatter once per iteration; it differs from zero1 in memory, not time.
+    With the stack's `dp_overlap_grad_reduce` (Megatron --overlap-grad-reduce and
+    --overlap-param-gather, FSDP's prefetch), the gradient reduction runs behind the stage's
+    last backward (``backward_ms``) and the weight all-gather behind its first forward
+    (``forward_ms``); only the excess is exposed. The all-gather is counted before the step
+    rather than after it: the iteration's length is the same. `algorithm: naive` keeps the
+    all-reduce through one root, 2(d - 1) full messages.
+    """
+    d, p = scenario.dp_degree, scenario.n_stages
+    if d <= 1 or not scenario.optimizer_enabled:
+        return [0.0] * p
+    m = catalog.constants(scenario.stack)
+    nbytes = m["bytes_per_element"][scenario.precision]
+    overlap = bool(m["dp_overlap_grad_reduce"])
+    out = []
+    for i, st in enumerate(scenario.stages):
+        bw, lat = data_parallel_link(scenario, catalog, topology.devices[st.device])
+        weights_mb = st.weights_mb / st.tp  # one GPU's share of the stage
+        grads_mb = weights_mb / nbytes * m["embedding_grad_bytes_per_element"]
+        if scenario.dp_algorithm == "naive":
+            out.append(2 * (d - 1) * (lat + grads_mb / bw))
+            continue
+        if scenario.dp_sharding == "none":
+            reduce, gather = ring_allreduce_ms(grads_mb, d, bw, lat), 0.0
+        else:
+            reduce, gather = ring_half_ms(grads_mb, d, bw, lat), ring_half_ms(weights_mb, d, bw, lat)
+        if overlap:
+            reduce = max(reduce - (backward_ms[i] if backward_ms else 0.0), 0.0)
+            gather = max(gather - (forward_ms[i] if forward_ms else 0.0), 0.0)
+        out.append(reduce + gather)
+    return out
 
 
 def tied_embedding_sync_ms(scenario, catalog, topology, first: str | None = None, last: str | None = None) -> float:

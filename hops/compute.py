@@ -34,6 +34,11 @@ class StageTimes:
     w: float
     bw: float
     layers: float
+    # tensor-parallel collectives each pass leaves exposed (already inside f, b, w, bw): the
+    # timeline draws them at the end of the pass
+    tp_f: float = 0.0
+    tp_b: float = 0.0
+    tp_bw: float = 0.0
 
 
 def stage_layers(scenario: Scenario, stage, model) -> float:
@@ -79,6 +84,7 @@ class ComputeModel:
         self.scenario = scenario
         self.model = catalog.constants(scenario.stack)
         self.devices = [topology.devices[s.device] for s in scenario.stages]
+        self.topology = topology
         self.expected = [self._expected(i) for i in range(scenario.n_stages)]
 
     def _expected(self, i: int, share: float = 1.0, first: bool | None = None, last: bool | None = None) -> StageTimes:
@@ -96,13 +102,18 @@ class ComputeModel:
             return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 
         peak = dev.peak_tflops
-        t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share
+        tp = st.tp  # a tensor-parallel group splits every GEMM, head and weight of the stage t ways
+        t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share / tp
         t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps * share
+        if tp > 1:  # the element-wise kernels run on each rank's share of the activations: the
+            # heads' and the MLP's split t ways, the norms and dropouts whole unless sequence-parallel
+            arch = s.architecture
+            t_m *= arch.activation_bytes(tp, bool(m["sequence_parallel"])) / arch.activation_bytes()
         flash = m["attention"] == "flash"
         # The attention core of a stage derived from the architecture: a fused (flash) kernel runs
         # its FLOPs at the kernel's own efficiency, skipping the masked half under a causal mask,
         # and recomputes the scores in the backward; unfused, it is GEMMs like the rest.
-        attn = st.compute.attention_tflop * share
+        attn = st.compute.attention_tflop * share / tp
         t_fa_f = t_fa_b = 0.0
         if flash:
             attn *= m["flash_causal_flop_share"]
@@ -117,7 +128,7 @@ class ComputeModel:
         scores = 0.0
         if not flash and s.hidden_dim and s.seq_len:
             if s.architecture is not None:
-                scores = layers * s.architecture.scores() * s.micro_batch_size
+                scores = layers * s.architecture.scores() * s.micro_batch_size / tp
             elif m["attention_head_dim"]:
                 scores = layers * s.hidden_dim / m["attention_head_dim"] * s.seq_len ** 2 * s.micro_batch_size
         t_attn_f = t_fa_f + scores * m.get("attention_bytes_forward", 0.0) / 1e6 / dev.memory_bandwidth_gbps
@@ -132,14 +143,15 @@ class ComputeModel:
         lm = lm_logits_f = lm_logits_b = loss_fixed = 0.0  # LM head on the last stage (seed iteration 4, + logits)
         if last and m["lm_head"] and s.hidden_dim and s.seq_len:
             vocab = s.vocab_size or m["vocab_size"]
-            lm_flops = 2.0 * s.seq_len * s.hidden_dim * vocab * s.micro_batch_size
-            lm_bytes = s.hidden_dim * vocab * m["bytes_per_element"][s.precision]
+            # the head and its loss are vocabulary-parallel: each rank holds V / t columns
+            lm_flops = 2.0 * s.seq_len * s.hidden_dim * vocab * s.micro_batch_size / tp
+            lm_bytes = s.hidden_dim * vocab * m["bytes_per_element"][s.precision] / tp
             lm = (lm_flops / (peak * 1e12) * 1000.0 * m["compute_time_coefficient"]
                   + lm_bytes / 1e6 / dev.memory_bandwidth_gbps)
             # The s x V logits, not the weights, dominate the head: the loss casts them to fp32
             # and passes over them several times (softmax max/exp/sum, log, target gather) in
             # the forward, and again to form the gradient in the backward, all memory-bound.
-            logits = s.seq_len * vocab * s.micro_batch_size
+            logits = s.seq_len * vocab * s.micro_batch_size / tp
             lm_logits_f = logits * m["logits_bytes_forward"] / 1e6 / dev.memory_bandwidth_gbps
             lm_logits_b = logits * m["logits_bytes_backward"] / 1e6 / dev.memory_bandwidth_gbps
             loss_fixed = m["loss_fixed_ms"]
@@ -153,25 +165,70 @@ class ComputeModel:
             # fill, scatter of the token rows), which the gradient hook then adds into the fp32
             # main grad: a pass over V*h elements whatever the batch, memory-bound.
             vocab = s.vocab_size or m["vocab_size"]
-            embed_b = vocab * s.hidden_dim * m["embedding_backward_bytes_per_element"] / 1e6 / dev.memory_bandwidth_gbps
+            embed_b = vocab * s.hidden_dim * m["embedding_backward_bytes_per_element"] / 1e6 / dev.memory_bandwidth_gbps / tp
         a = s.activation_grad_fraction
         floor_b, floor_w = split_floors(floor_bw, m)
+        tp_f = tp_b = tp_bw = 0.0
+        if tp > 1:
+            tp_f, tp_b, tp_bw = self._tensor_parallel_ms(i, layers, first, last, t_c, k, a)
         # (GPU work, host cost outside the floor) of each pass; the score gradients are part of
         # the input gradient (B), W only forms weight gradients
-        gpu_f, host_f = t_c + t_m + t_attn_f + lm + lm_logits_f, embed + loss_fixed
-        gpu_bw = k * t_c + k * t_m + t_attn_b + k * lm + lm_logits_b + embed_b
-        gpu_b = a * k * t_c + a * k * t_m + t_attn_b + a * k * lm + lm_logits_b
+        gpu_f, host_f = t_c + t_m + t_attn_f + lm + lm_logits_f + tp_f, embed + loss_fixed
+        gpu_bw = k * t_c + k * t_m + t_attn_b + k * lm + lm_logits_b + embed_b + tp_bw
+        gpu_b = a * k * t_c + a * k * t_m + t_attn_b + a * k * lm + lm_logits_b + tp_b
         gpu_w = (1 - a) * k * t_c + (1 - a) * k * t_m + (1 - a) * k * lm + embed_b
         if m["dispatch"] == "async":  # the host runs ahead: its dispatch hides behind longer GPU work
             f = max(gpu_f, floor + launch + host_f)
             bw, b, w = (max(g, fl + launch) for g, fl in ((gpu_bw, floor_bw), (gpu_b, floor_b), (gpu_w, floor_w)))
         else:  # sync_launch, the fixture fit: the floor overlaps the kernels, the launch and host costs add
-            f = max(t_c + t_m + t_attn_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
-            bw = max(k * t_c + k * t_m + t_attn_b, floor_bw) + launch + k * lm + lm_logits_b + embed_b
-            b = max(a * k * t_c + a * k * t_m + t_attn_b, floor_b) + launch + a * k * lm + lm_logits_b
+            f = max(t_c + t_m + t_attn_f + tp_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
+            bw = max(k * t_c + k * t_m + t_attn_b + tp_bw, floor_bw) + launch + k * lm + lm_logits_b + embed_b
+            b = max(a * k * t_c + a * k * t_m + t_attn_b + tp_b, floor_b) + launch + a * k * lm + lm_logits_b
             w = max((1 - a) * k * t_c + (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm + embed_b
         sd = dev.slowdown
+        if tp > 1:
+            return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers, tp_f * sd, tp_b * sd, tp_bw * sd)
         return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
+
+    def _tensor_parallel_ms(self, i: int, layers: float, first: bool, last: bool, t_gemm: float, k: float,
+                            a: float) -> tuple[float, float, float]:
+        """Exposed time of the tensor-parallel collectives in F, in a split B, and in a fused BW.
+
+        Megatron's tensor parallelism (Shoeybi et al. 2019, sec. 3; Korthikanti et al. 2022,
+        sec. 4.2.2) runs, per transformer layer, 2 all-reduces of the b x s x h activation in
+        the forward (after the attention's and the MLP's row-parallel GEMM) and 2 in the
+        backward (the input gradients of the column-parallel QKV and MLP-up GEMMs); with
+        sequence parallelism each all-reduce becomes an all-gather plus a reduce-scatter, the
+        same bytes on the wire (hops.collectives.tensor_parallel_ms). The vocabulary-parallel
+        embedding adds one reduction to the first stage's forward, the LM head's copy of its
+        input one to the last stage's backward; full recomputation reruns the forward's in the
+        backward. The stack says what hides them (``tensor_parallel_overlap``): `none`;
+        `backward`, Megatron's default asynchronous all-reduce of a column-parallel layer's
+        input gradient alongside its weight-gradient GEMM (hidden up to those GEMMs' time,
+        and only in a fused backward: a split schedule runs W later); `all`, the collectives
+        pipelined with the neighbouring GEMMs in both passes (--tp-comm-overlap).
+        """
+        from .collectives import tensor_parallel_ms
+
+        s, st, m = self.scenario, self.scenario.stages[i], self.model
+        group = st.gpus
+        link = self.topology.link(group[0], group[1])
+        nbytes = m["bytes_per_element"][s.precision]
+        msg_mb = s.micro_batch_size * s.seq_len * s.hidden_dim * nbytes / 1e6
+        one = tensor_parallel_ms(msg_mb, st.tp, link.bandwidth_gbps, link.latency_ms)
+        per_pass = 2 * layers * one
+        comm_f = per_pass + (one if first else 0.0)
+        comm_b = per_pass + (one if last else 0.0) + (comm_f if m["recompute"] == "full" else 0.0)
+        overlap = m["tensor_parallel_overlap"]
+        if overlap == "none":
+            return comm_f, comm_b, comm_b
+        arch = s.architecture
+        column = (arch.hidden * arch.hidden * (1 + 2 * arch.kv_share) + (arch.ffn_matrices - 1) * arch.hidden
+                  * arch.ffn_dim) / arch.layer_params()  # the column-parallel GEMMs' share of the weights
+        window_bw = (1 - a) * k * t_gemm * column
+        if overlap == "backward":
+            return comm_f, comm_b, max(comm_b - window_bw, 0.0)
+        return max(comm_f - t_gemm, 0.0), max(comm_b - a * k * t_gemm, 0.0), max(comm_b - k * t_gemm, 0.0)
 
     def sample(self, rng: np.random.Generator, n: int) -> list[dict[str, np.ndarray]]:
         """n draws per stage and phase, in a fixed order so a seed gives the same bytes."""

@@ -37,7 +37,7 @@ from itertools import chain
 import numpy as np
 
 from . import physical
-from .collectives import iteration_end_stall_ms, data_parallel_allreduce_ms, tied_embedding_sync_ms
+from .collectives import data_parallel_ms, iteration_end_stall_ms, tied_embedding_sync_ms
 from .compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chunks
 from .engine_core import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration,
                           end_iteration_post_validated)
@@ -157,9 +157,12 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     if scenario.failure is not None:  # per-device slowdowns (fixed or drawn) stretch that device's compute
         from .failures import straggler_factors
 
-        stragglers = straggler_factors(scenario.failure, dev_ids, rngs["straggler"])
+        # a tensor-parallel group runs at its slowest GPU's pace
+        group_of = {st.device: st.gpus for st in scenario.stages}
+        gpus = list(dict.fromkeys(g for d in dev_ids for g in group_of[d]))
+        stragglers = straggler_factors(scenario.failure, gpus, rngs["straggler"])
         for s in range(p):
-            factor = stragglers.get(stage_dev[s], 1.0)
+            factor = max(stragglers.get(g, 1.0) for g in group_of[stage_dev[s]])
             if factor != 1.0:
                 samples[s] = {ph: arr * factor for ph, arr in samples[s].items()}
     physical.check_samples(scenario, compute.devices, phys, samples)
@@ -181,7 +184,8 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             else [float(catalog.stacks[scenario.stack]["iteration_overhead_ms"]) + iteration_end_stall_ms(scenario, catalog, topo)]
             * iters)
     opt_ms, sync_ms = laid.opt_ms, laid.sync_ms
-    ar_ms = data_parallel_allreduce_ms(scenario, catalog)
+    ar_ms = data_parallel_ms(scenario, catalog, topo, backward_ms=[e.bw for e in compute.expected],
+                             forward_ms=[e.f for e in compute.expected])
     physical.check_iteration_end(scenario, ar_ms, host)
 
     n_phys = scenario.n_stages
@@ -205,7 +209,8 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
         if on_iteration is not None:
             on_iteration(it + 1, iters)
 
-    tl = _build_timeline(scenario, record.compute, record.transfer, record.other, links, stage_dev, placement, v_eff)
+    other = record.other + _tensor_parallel_rows(record.compute, exp, placement)
+    tl = _build_timeline(scenario, record.compute, record.transfer, other, links, stage_dev, placement, v_eff)
     link_stats = {lp.name: {"transfers": links_state.count[k], "contended": links_state.contended[k],
                             "wait_ms": links_state.wait[k]} for k, lp in enumerate(links)}
     return EngineResult(tl, compute.expected, sched, record.peak_in_flight, link_stats,
@@ -334,7 +339,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
     (transformer layers, plus the word embeddings on the stage that runs the first model
     chunk and the LM head on the one that runs the last: the first and last stage, or only
     the first under ZB-V's V placement), at `optimizer_step_bytes_per_param`; otherwise
-    from weights_mb.
+    from weights_mb. A GPU steps its share of the stage (tensor-parallel group, sharded optimizer).
     """
     ends = (0, scenario.n_stages - 1) if ends is None else ends
     if not scenario.optimizer_enabled:
@@ -354,8 +359,26 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         else:
             k = m["optimizer_bytes_per_weight_byte"]
             traffic_mb = st.weights_mb * (2.0 + 2.0 * k)  # read grads + weights, read/write states, write weights
-        out.append(traffic_mb / dev.memory_bandwidth_gbps + m["optimizer_step_fixed_ms"])
+        # each GPU of a tensor-parallel group steps its 1/t; a sharded optimizer (zero1, fsdp) its 1/d of that
+        shards = st.tp * (scenario.dp_degree if scenario.dp_sharding != "none" else 1)
+        out.append(traffic_mb / shards / dev.memory_bandwidth_gbps + m["optimizer_step_fixed_ms"])
     return out
+
+
+def _tensor_parallel_rows(comp_rows, exp, placement) -> list[tuple]:
+    """A `collective` row for the tensor-parallel collectives a pass leaves exposed (inside its
+    compute row, which includes them, as a measured trace's kernel span would), drawn at the
+    pass's end; nothing when no stage is a tensor-parallel group. Not busy time of its own: the
+    compute row around it already counts (hops.metrics.busy_mask)."""
+    exposed = [(e.tp_f, e.tp_b, 0.0, e.tp_bw) for e in exp]
+    if not any(any(x) for x in exposed):
+        return []
+    rows = []
+    for s, _, code, start, end, it in comp_rows:
+        t = exposed[s][code]
+        if t > 0:
+            rows.append(("collective", placement[s][0], PHASE_CODES[code], max(end - t, start), end, it))
+    return rows
 
 
 def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev, placement, v=None) -> Timeline:

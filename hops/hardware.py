@@ -27,7 +27,8 @@ CATALOG_FILES = {"devices": "devices.yaml", "interconnects": "interconnects.yaml
                  "stacks": "stacks.yaml", "hosts": "hosts.yaml"}
 # What a stack's choice keys may say (stacks.yaml explains each).
 STACK_CHOICES = {"attention": ("unfused", "flash"), "dispatch": ("sync_launch", "async"),
-                 "recompute": ("none", "selective", "full")}
+                 "recompute": ("none", "selective", "full"), "tensor_parallel_overlap": ("none", "backward", "all"),
+                 "sequence_parallel": (False, True), "dp_overlap_grad_reduce": (False, True)}
 FLASH_KEYS = ("flash_efficiency_forward", "flash_efficiency_backward", "flash_backward_flop_factor",
               "flash_causal_flop_share")
 UNFUSED_KEYS = ("attention_bytes_forward", "attention_bytes_backward")

@@ -24,6 +24,10 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
     m = catalog.model
     weights = placed_weights_mb(sc, catalog, ends)
     v = virtual_stages or sc.virtual_stages
+    # a distributed optimizer (ZeRO-1) or FSDP shards the optimizer state over the replicas; FSDP
+    # under pipelining keeps the stage's weights gathered from the first forward to the last
+    # backward, so at the peak it holds what ZeRO-1 holds (hops.collectives.data_parallel_ms)
+    state_share = sc.dp_degree if sc.dp_sharding != "none" else 1
     peak: dict[str, float] = {}
     for i, st in enumerate(sc.stages):
         if st.activation_memory_mb is not None:
@@ -31,35 +35,44 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
         else:
             layers = stage_layers(sc, st, m)
             if layers and sc.architecture is not None:
-                act = layers * layer_activation_bytes(sc, catalog) * sc.micro_batch_size / 1e6
+                act = layers * layer_activation_bytes(sc, catalog, st.tp) * sc.micro_batch_size / 1e6
             elif layers and sc.hidden_dim and sc.seq_len:
                 act = layers * sc.seq_len * sc.hidden_dim * sc.micro_batch_size * \
                     m["activation_bytes_per_token_hidden"] / 1e6
             else:
                 act = msg_mb
-        opt = weights[i] * m["optimizer_bytes_per_weight_byte"] if sc.optimizer_enabled else 0.0
+        opt = weights[i] * m["optimizer_bytes_per_weight_byte"] / state_share if sc.optimizer_enabled else 0.0
         held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each
-        peak[st.device] = peak.get(st.device, 0.0) + weights[i] + opt + held
+        if st.tp == 1:
+            peak[st.device] = peak.get(st.device, 0.0) + weights[i] + opt + held
+        else:  # every GPU of a tensor-parallel group holds 1/t of the weights and its share of the activations
+            for gpu in st.gpus:
+                peak[gpu] = peak.get(gpu, 0.0) + (weights[i] + opt) / st.tp + held
     capacity = {d: topo.devices[d].memory_gb * 1000.0 for d in peak}
     order = sorted(peak, key=outputs.natural_key)
     return {"peak_memory_mb": {d: peak[d] for d in order}, "memory_capacity_mb": {d: capacity[d] for d in order},
             "memory_over_capacity": [d for d in order if peak[d] > capacity[d]]}
 
 
-def layer_activation_bytes(sc: Scenario, catalog: Catalog) -> float:
-    """Bytes one layer stashes per micro-batch row for its backward, from the architecture and the stack.
+def layer_activation_bytes(sc: Scenario, catalog: Catalog, tp: int = 1) -> float:
+    """Bytes one layer stashes per micro-batch row for its backward on each GPU of a
+    tensor-parallel group of `tp`, from the architecture and the stack.
 
-    Without recomputation: the layer's tensors (Korthikanti et al. 2022, generalised in
-    hops.architecture) plus, under unfused attention, its scores; a flash kernel or selective
-    recomputation stashes no scores; full recomputation stashes only the layer's input (2 s h
-    bytes in bf16), the rest is rebuilt in the backward.
+    Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+    sec. 4-5), per layer: s b h (34 + 5 a s / h) without tensor parallelism; with it,
+    s b h (10 + 24/t + 5 a s / (h t)); with sequence parallelism too, s b h / t (34 + 5 a s / h);
+    selective recomputation drops the 5 a s / h term (the scores), and so does a flash kernel,
+    which never stashes them. The 34 (and its split) is generalised to grouped-query attention
+    and gated FFNs in hops.architecture. Full recomputation stashes only the layer's input
+    (2 s b h bytes in bf16, split t ways under sequence parallelism).
     """
     arch, stack = sc.architecture, catalog.stacks[sc.stack]
+    sp = bool(stack["sequence_parallel"])
     if stack["recompute"] == "full":
-        return arch.seq_len * arch.hidden * catalog.model["bytes_per_element"][sc.precision]
-    stashed = arch.activation_bytes()
+        return arch.seq_len * arch.hidden * catalog.model["bytes_per_element"][sc.precision] / (tp if sp else 1)
+    stashed = arch.activation_bytes(tp, sp)
     if stack["attention"] == "unfused" and stack["recompute"] == "none":
-        stashed += arch.scores() * catalog.model["activation_score_bytes"]
+        stashed += arch.scores() * catalog.model["activation_score_bytes"] / tp
     return stashed
 
 

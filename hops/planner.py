@@ -501,3 +501,532 @@ def plan(devices: Sequence[Device], model: ModelSpec, **kwargs) -> PlanResult:
     reserve_mb=...).plan(schedule=..., top_k=..., max_orders=..., verify=...)."""
     init = {k: kwargs.pop(k) for k in ("catalog", "same_node", "cross_node", "reserve_mb") if k in kwargs}
     return Planner(devices, model, **init).plan(**kwargs)
+
+
+# =========================================================================== the 3D planner
+# Tensor x pipeline x data parallelism on an inventory of node pools (issue 23).
+#
+# Search space, stated so that the brute-force test can enumerate it independently:
+# - a plan runs `dp` identical replicas of one pipeline (replicas built from different GPU
+#   types are a design only: docs/parallelism.md);
+# - each pool (identical nodes of one GPU type) is either unused or wholly used at one
+#   tensor-parallel degree tp (a power of two dividing the node's GPUs, the heads and the
+#   key/value heads; tp > 1 needs the host's gpu_link), giving gpus / (dp x tp) stages to
+#   each replica;
+# - the stages' order along the pipeline is any distinct sequence of the pools' stages when
+#   there are at most `max_orders` of them, else the pools in blocks (every block order);
+# - layers are split contiguously, at least one per stage, within each GPU's memory at the
+#   1F1B / ZB-H1 activation level (stage k holds min(p - k, m) microbatches);
+# - the microbatches per replica are global_batch / (dp x micro_batch_size).
+# A plan's estimate is (m - 1) max_k t_k + sum_k t_k + sum of the neighbours' transfers
+# (forward and back) + max_k e_k, t_k = F + BW of stage k per microbatch, e_k its exposed
+# data-parallel reduction plus its optimizer step: 1F1B's fill, steady state and drain, then
+# the iteration end. For a fixed stage sequence the split minimising it is exact: over every
+# pair of thresholds (theta on t, phi on e) a dynamic program minimises sum_k t_k subject to
+# t_k <= theta and e_k <= phi. Large cases scan `span` thresholds from the min-max split up
+# and leave phi free (exact_limit). The best estimates are then simulated (hops.simulate)
+# under each schedule asked for, and the simulated throughput decides.
+
+
+@dataclass(frozen=True)
+class Pool:
+    """`nodes` identical hosts of `gpus_per_node` GPUs of one type."""
+    gpu: str
+    nodes: int
+    gpus_per_node: int = 8
+    host: str | None = None
+    price_per_gpu_hour: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpu}@{self.host}" if self.host else self.gpu
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass
+class Plan3D:
+    dp: int
+    stages: tuple  # (pool index, tp) per pipeline stage
+    layers: list[int]
+    microbatches: int
+    estimate_ms: float
+    memory_mb: list[float]  # peak per GPU of each stage (estimate)
+    capacity_mb: list[float]
+    pools: tuple  # the planner's pools, for naming
+    schedule: str = "1f1b"
+    simulated_ms: float | None = None  # iteration time in the simulator
+    over_capacity: list[str] = field(default_factory=list)
+    micro_batch_size: int = 1
+
+    @property
+    def gpus(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for k, tp in self.stages:
+            out[self.pools[k].name] = out.get(self.pools[k].name, 0) + tp * self.dp
+        return out
+
+    @property
+    def samples_per_iteration(self) -> int:
+        return self.dp * self.microbatches * self.micro_batch_size
+
+    @property
+    def samples_per_s(self) -> float:
+        """Simulated when the plan was simulated, else estimated; all replicas together."""
+        ms = self.simulated_ms if self.simulated_ms is not None else self.estimate_ms
+        return self.samples_per_iteration / ms * 1000.0
+
+    @property
+    def cost_per_sample(self) -> float | None:
+        """GPU-hours priced per pool over samples per hour; None when a used pool has no price."""
+        price = 0.0
+        for k, tp in self.stages:
+            if self.pools[k].price_per_gpu_hour is None:
+                return None
+            price += self.pools[k].price_per_gpu_hour * tp * self.dp
+        return price / 3600.0 / self.samples_per_s
+
+    def describe(self) -> str:
+        runs = []
+        for (k, tp), n in zip(self.stages, self.layers):
+            label = f"{self.pools[k].gpu}x{tp}"
+            if runs and runs[-1][0] == label:
+                runs[-1][1].append(n)
+            else:
+                runs.append((label, [n]))
+        pipe = " | ".join(f"{label}:{','.join(map(str, ls))}" for label, ls in runs)
+        return f"DP {self.dp} x PP {len(self.stages)} [{pipe}] m={self.microbatches} {self.schedule}"
+
+
+@dataclass
+class Plan3DResult:
+    best: Plan3D
+    candidates: list[Plan3D]  # the simulated plans, best first
+    uniform: Plan3D | None  # the best plan's stages with the layers split evenly
+    single_type: dict[str, Plan3D]  # per pool: the best plan on that pool alone
+    configurations: int  # (dp, tp per pool, stage order) combinations the search split
+
+
+class _GroupTable:
+    """Per-microbatch stage times, iteration-end costs and memory of a tensor-parallel group of
+    one pool at every layer count and pipeline position, from hops.compute, hops.memory and
+    hops.collectives on a one-stage scenario: the same equations a plan's simulation runs."""
+
+    POSITIONS = ("first", "mid", "last", "only")
+
+    def __init__(self, planner: "Planner3D", k: int, tp: int):
+        from .scenario import derived_compute
+
+        pool, self.planner = planner.pools[k], planner
+        self.derived_compute = derived_compute
+        ids = [f"t{i}" for i in range(tp)]
+        doc = planner.base_doc()
+        doc["pipeline"]["stages"] = [{"devices": ids} if tp > 1 else {"device": ids[0]}]
+        doc["pipeline"]["stages"][0]["layers"] = planner.arch.layers
+        doc["hardware"]["devices"] = [{"id": d, "gpu": pool.gpu, "node": "n", **({"host": pool.host} if pool.host
+                                                                                  else {})} for d in ids]
+        self.sc = load_scenario(doc, planner.catalog)
+        self.topo = Topology(self.sc, planner.catalog)
+        self.capacity = self.topo.devices[ids[0]].memory_gb * 1000.0
+        self._rows: dict = {}
+
+    def row(self, n: int, pos: str):
+        """(F, BW, scenario of this one stage, compute model) at n layers in this position."""
+        import dataclasses
+
+        key = (n, pos)
+        hit = self._rows.get(key)
+        if hit is None:
+            pl = self.planner
+            first, last = pos in ("first", "only"), pos in ("last", "only")
+            matrices = (1 if first else 0) + (1 if last and not (first and pl.arch.tied) else 0)
+            st = dataclasses.replace(self.sc.stages[0], layers=float(n),
+                                     compute=self.derived_compute(pl.arch, n, pl.micro_batch_size),
+                                     weights_mb=pl.arch.stage_weights_mb(n, matrices, pl.nbytes), weights_derived=False)
+            sc = dataclasses.replace(self.sc, stages=(st,), optimizer_enabled=True)
+            cm = ComputeModel(sc, self.topo, pl.catalog)
+            e = cm._expected(0, 1.0, first, last)
+            cm.expected = [e]
+            hit = self._rows[key] = (e.f, e.bw, sc, cm, (0 if first else -1, 0 if last else -1))
+        return hit
+
+    def time(self, n: int, pos: str) -> float:
+        f, bw, *_ = self.row(n, pos)
+        return f + bw
+
+    def end_cost(self, n: int, pos: str, dp: int) -> float:
+        """Exposed data-parallel reduction plus the optimizer step, ms."""
+        import dataclasses
+
+        from .collectives import data_parallel_ms
+        from .engine import _optimizer_ms
+
+        key = ("end", n, pos, dp)
+        hit = self._rows.get(key)
+        if hit is None:
+            f, bw, sc, cm, ends = self.row(n, pos)
+            sc = dataclasses.replace(sc, dp_degree=dp, dp_sharding=self.planner.sharding)
+            hit = self._rows[key] = (data_parallel_ms(sc, self.planner.catalog, self.topo, [bw], [f])[0]
+                                     + _optimizer_ms(sc, cm, self.planner.catalog, ends)[0])
+        return hit
+
+    def memory(self, n: int, pos: str, dp: int, in_flight: int) -> float:
+        """Peak MB on each GPU of the group (hops.memory.memory_summary on the one-stage scenario)."""
+        import dataclasses
+
+        from .memory import memory_summary
+
+        key = ("mem", n, pos, dp)
+        hit = self._rows.get(key)
+        if hit is None:
+            _, _, sc, _, _ = self.row(n, pos)
+            sc = dataclasses.replace(sc, dp_degree=dp, dp_sharding=self.planner.sharding)
+            base = next(iter(memory_summary(sc, self.topo, self.planner.catalog, [0], 0.0)["peak_memory_mb"].values()))
+            one = next(iter(memory_summary(sc, self.topo, self.planner.catalog, [1], 0.0)["peak_memory_mb"].values()))
+            hit = self._rows[key] = (base, one - base)
+        return hit[0] + in_flight * hit[1]
+
+
+class Planner3D:
+    """Chooses TP per stage, PP depth, DP degree, layer split and schedule for an inventory."""
+
+    def __init__(self, model: Mapping, pools: Sequence[Pool], *, global_batch: int, micro_batch_size: int = 1,
+                 stack: str | None = None, sharding: str = "none", cross_node: str = "infiniband",
+                 max_pipeline: int = 16, catalog: Catalog | None = None, max_orders: int = 64, span: int = 16,
+                 exact_limit: int = 400):
+        from .schema.scenario import DEFAULT_STACK
+
+        self.catalog = catalog or Catalog.load()
+        self.model, self.pools = dict(model), tuple(pools)
+        self.global_batch, self.micro_batch_size = global_batch, micro_batch_size
+        self.stack, self.sharding, self.cross_node = stack or DEFAULT_STACK, sharding, cross_node
+        self.max_pipeline, self.max_orders, self.span, self.exact_limit = max_pipeline, max_orders, span, exact_limit
+        self._check()
+        probe = self.base_doc()
+        probe["pipeline"]["stages"] = [{"device": "p", "layers": self.model["layers"]}]
+        probe["hardware"]["devices"] = [{"id": "p", "gpu": self.pools[0].gpu, "node": "n"}]
+        self.arch = load_scenario(probe, self.catalog).architecture
+        self.nbytes = self.catalog.model["bytes_per_element"]["bf16"]
+        self._tables: dict = {}
+        self._topology = None
+
+    # ------------------------------------------------------------------ inputs
+    def _check(self) -> None:
+        from .errors import ScenarioError
+
+        for i, pool in enumerate(self.pools):
+            if pool.gpu not in self.catalog.devices:
+                raise ScenarioError(f"inventory[{i}].gpu", f"got {pool.gpu!r}; expected one of "
+                                                           f"{', '.join(self.catalog.devices)}")
+            if pool.host is not None and pool.host not in self.catalog.hosts:
+                raise ScenarioError(f"inventory[{i}].host", f"got {pool.host!r}; expected one of "
+                                                            f"{', '.join(self.catalog.hosts)}")
+        if not self.pools:
+            raise ScenarioError("inventory", "expected at least one pool of nodes")
+        for key in ("layers", "hidden_dim", "heads", "seq_len"):
+            if not self.model.get(key):
+                raise ScenarioError(f"model.{key}", "missing; the planner needs the architecture's layers, "
+                                                     "hidden_dim, heads and seq_len")
+        if self.stack not in self.catalog.stacks:
+            raise ScenarioError("training.stack", f"got {self.stack!r}; expected one of {', '.join(self.catalog.stacks)}")
+        if self.cross_node not in self.catalog.interconnects:
+            raise ScenarioError("training.cross_node", f"got {self.cross_node!r}; expected one of "
+                                                       f"{', '.join(self.catalog.interconnects)}")
+
+    def base_doc(self) -> dict:
+        return {"simulation": {"batches": 2, "microbatches": 1, "micro_batch_size": self.micro_batch_size, "seed": 0},
+                "pipeline": {"schedule": "1f1b", "stack": self.stack, "model": dict(self.model), "stages": []},
+                "hardware": {"devices": [], "interconnect": {"cross_node": self.cross_node}},
+                "optimizer": {"enabled": True, "data_parallel": {"degree": 1, "sharding": self.sharding}}}
+
+    def tp_options(self, k: int) -> list[int]:
+        pool = self.pools[k]
+        heads, kv = self.model["heads"], self.model.get("kv_heads") or self.model["heads"]
+        link = pool.host is not None and self.catalog.hosts[pool.host].get("gpu_link")
+        out, t = [], 1
+        while t <= pool.gpus_per_node:
+            if pool.gpus_per_node % t == 0 and heads % t == 0 and kv % t == 0 and (t == 1 or link):
+                out.append(t)
+            t *= 2
+        return out
+
+    def dp_options(self, dp: int | None = None) -> list[int]:
+        """Degrees that split the batch into whole microbatches and that some pool can host."""
+        from .errors import ScenarioError
+
+        rows = self.global_batch // self.micro_batch_size
+        most = max(p.gpus for p in self.pools)
+        if dp is not None:
+            if dp > most or self.global_batch % self.micro_batch_size or rows % dp:
+                have = ", ".join(f"{p.gpus} x {p.gpu}" for p in self.pools)
+                raise ScenarioError("training.data_parallel",
+                                    f"degree {dp}: the inventory ({have}) cannot supply {dp} replicas of one pipeline "
+                                    f"of {rows} micro-batches per step; expected a degree of at most {most} that "
+                                    f"divides global_batch / micro_batch_size")
+            return [dp]
+        return [d for d in range(1, most + 1) if rows % d == 0 and self.global_batch % self.micro_batch_size == 0]
+
+    def table(self, k: int, tp: int) -> _GroupTable:
+        key = (k, tp)
+        if key not in self._tables:
+            self._tables[key] = _GroupTable(self, k, tp)
+        return self._tables[key]
+
+    # ------------------------------------------------------------------ layout of a replica
+    def device_ids(self, stages) -> list[list[str]]:
+        """GPU ids of replica 0's stages: each pool's groups fill its nodes in order."""
+        used, out = {}, []
+        for k, tp in stages:
+            j = used.get(k, 0)
+            used[k] = j + 1
+            per_node = self.pools[k].gpus_per_node // tp
+            node = j // per_node
+            slot = (j % per_node) * tp
+            out.append([f"p{k}n{node}g{slot + i}" for i in range(tp)])
+        return out
+
+    def topology(self) -> Topology:
+        """One Topology over the whole inventory (hops.hardware's link rules, host caps included);
+        a host without a gpu_link joins its GPUs over PCIe."""
+        if self._topology is None:
+            from types import SimpleNamespace
+
+            from .scenario import DeviceSpec, LinkOverride
+
+            devices, links = [], []
+            pcie = dict(self.catalog.interconnects["pcie"])
+            for k, pool in enumerate(self.pools):
+                has_link = pool.host is not None and self.catalog.hosts[pool.host].get("gpu_link")
+                for n in range(pool.nodes):
+                    ids = [f"p{k}n{n}g{g}" for g in range(pool.gpus_per_node)]
+                    devices += [DeviceSpec(d, pool.gpu, f"p{k}n{n}", 0, pool.host) for d in ids]
+                    if not has_link:
+                        links += [LinkOverride(a, b, pcie) for a in ids for b in ids if a != b]
+            fake = SimpleNamespace(devices=devices, stack=self.stack, device_overrides={}, same_node=None,
+                                   cross_node=self.cross_node, links=links)
+            self._topology = Topology(fake, self.catalog)
+        return self._topology
+
+    def transfers_ms(self, stages) -> float:
+        """Forward and backward messages between neighbouring stages of a sequence, one microbatch each."""
+        ids = self.device_ids(stages)
+        msg = self.micro_batch_size * self.arch.seq_len * self.arch.hidden * self.nbytes / 1e6
+        topo = self.topology()
+        total = 0.0
+        for a, b in zip(ids, ids[1:]):
+            total += topo.link(a[0], b[0]).transfer_ms(msg) + topo.link(b[0], a[0]).transfer_ms(msg)
+        return total
+
+    # ------------------------------------------------------------------ the split
+    def split(self, stages, dp: int, m: int):
+        """(layers, estimate ms, memory per GPU, capacity) of the best split for this stage
+        sequence, or None when the model does not fit."""
+        import numpy as np
+
+        p, total = len(stages), self.arch.layers
+        if p > total:
+            return None
+        tabs = [self.table(k, tp) for k, tp in stages]
+        pos = ["only"] if p == 1 else ["first"] + ["mid"] * (p - 2) + ["last"]
+        t = np.full((p, total + 1), np.inf)
+        e = np.full((p, total + 1), np.inf)
+        for i, (tab, ps) in enumerate(zip(tabs, pos)):
+            held = min(p - i, m)
+            for n in range(1, total - (p - 1) + 1):
+                if tab.memory(n, ps, dp, held) > tab.capacity:
+                    break
+                t[i, n], e[i, n] = tab.time(n, ps), tab.end_cost(n, ps, dp)
+        if not np.isfinite(t[:, 1]).all():
+            return None
+        thetas = np.unique(t[np.isfinite(t)])
+        phis = np.unique(e[np.isfinite(e)])
+        exact = len(thetas) * len(phis) <= self.exact_limit
+        if not exact:  # the min-max split's threshold by bisection (feasibility grows with theta), then span above it
+            lo, hi = 0, len(thetas) - 1
+            if self._min_sum(t, e, thetas[hi], np.inf)[0] == np.inf:
+                return None
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._min_sum(t, e, thetas[mid], np.inf)[0] < np.inf:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            thetas, phis = thetas[lo:lo + self.span], np.array([np.inf])
+        best = None
+        for th in thetas:
+            for ph in phis:
+                s, split = self._min_sum(t, e, th, ph)
+                if s == np.inf:
+                    continue
+                ts = [t[i, n] for i, n in enumerate(split)]
+                est = (m - 1) * max(ts) + s + max(e[i, n] for i, n in enumerate(split))
+                if best is None or est < best[1] - 1e-12:
+                    best = (split, est)
+        if best is None:
+            return None
+        split, est = best
+        mem = [tab.memory(n, ps, dp, min(p - i, m)) for i, (tab, ps, n) in enumerate(zip(tabs, pos, split))]
+        return split, est + self.transfers_ms(stages), mem, [tab.capacity for tab in tabs]
+
+    @staticmethod
+    def _min_sum(t, e, theta, phi):
+        """min sum_k t[k, n_k] over contiguous splits with every t <= theta and e <= phi (a DP over
+        the layers used so far, one stage at a time, vectorised over the stage's layer counts)."""
+        import numpy as np
+
+        p, width = t.shape
+        total = width - 1
+        ok = (t <= theta) & (e <= phi)
+        used = np.arange(width)
+        dp = np.full(width, np.inf)
+        dp[0] = 0.0
+        choices = []
+        for i in range(p):
+            ns = np.nonzero(ok[i])[0]
+            if not len(ns):
+                return np.inf, None
+            before = used[None, :] - ns[:, None]  # layers used before this stage, per (n, layers after)
+            cand = np.where(before >= 0, dp[np.maximum(before, 0)], np.inf) + t[i, ns][:, None]
+            pick = cand.argmin(axis=0)
+            dp = cand[pick, used]
+            choices.append(ns[pick])
+        if not np.isfinite(dp[total]):
+            return np.inf, None
+        split, left = [], total
+        for i in range(p - 1, -1, -1):
+            n = int(choices[i][left])
+            split.append(n)
+            left -= n
+        return float(dp[total]), split[::-1]
+
+    # ------------------------------------------------------------------ the search
+    def configurations(self, dp: int | None = None):
+        """(dp, stage sequence) of the search space (see the section comment)."""
+        import itertools
+
+        for d in self.dp_options(dp):
+            options = []
+            for k, pool in enumerate(self.pools):
+                opts = [None] + [tp for tp in self.tp_options(k) if pool.gpus % (d * tp) == 0]
+                options.append(opts)
+            for choice in itertools.product(*options):
+                counts = [(k, tp, self.pools[k].gpus // (d * tp)) for k, tp in enumerate(choice) if tp is not None]
+                p = sum(c for _, _, c in counts)
+                if not counts or p > min(self.max_pipeline, self.arch.layers):
+                    continue
+                kinds = [(k, tp) for k, tp, c in counts for _ in range(c)]
+                n_orders = math.factorial(p)
+                for _, _, c in counts:
+                    n_orders //= math.factorial(c)
+                if n_orders <= self.max_orders:
+                    seqs = _multiset_permutations(kinds)
+                else:
+                    seqs = (tuple(x for blk in order for x in [blk[:2]] * blk[2])
+                            for order in itertools.permutations(counts))
+                for seq in seqs:
+                    yield d, tuple(seq)
+
+    def candidate(self, d: int, seq) -> Plan3D | None:
+        m = self.global_batch // (self.micro_batch_size * d)
+        r = self.split(seq, d, m)
+        if r is None:
+            return None
+        layers, est, mem, cap = r
+        return Plan3D(d, tuple(seq), list(layers), m, est, mem, cap, self.pools,
+                      micro_batch_size=self.micro_batch_size)
+
+    def scenario(self, plan: Plan3D, schedule: str = "1f1b", batches: int = 2) -> dict:
+        """The scenario of one replica (the simulator runs one pipeline; DP is its degree)."""
+        doc = self.base_doc()
+        doc["simulation"].update(batches=batches, microbatches=plan.microbatches)
+        doc["pipeline"]["schedule"] = schedule
+        ids = self.device_ids(plan.stages)
+        doc["pipeline"]["stages"] = [({"devices": g} if len(g) > 1 else {"device": g[0]}) | {"layers": n}
+                                     for g, n in zip(ids, plan.layers)]
+        pools = {}
+        for (k, _), g in zip(plan.stages, ids):
+            for d in g:
+                pools[d] = k
+        doc["hardware"]["devices"] = [{"id": d, "gpu": self.pools[k].gpu, "node": d.rsplit("g", 1)[0],
+                                       **({"host": self.pools[k].host} if self.pools[k].host else {})}
+                                      for d, k in pools.items()]
+        links = []
+        for a, b in zip(ids, ids[1:]):  # neighbours in a node without a gpu_link: PCIe, as topology() has it
+            if self.topology().link(a[0], b[0]).kind == "measured":
+                links += [{"src": a[0], "dst": b[0], "type": "pcie"}, {"src": b[0], "dst": a[0], "type": "pcie"}]
+        if links:
+            doc["hardware"]["links"] = links
+        doc["optimizer"]["data_parallel"]["degree"] = plan.dp
+        return doc
+
+    def simulate(self, plan: Plan3D, schedule: str) -> Plan3D:
+        import copy
+
+        from .api import simulate
+
+        r = simulate(self.scenario(plan, schedule), catalog=self.catalog)
+        out = copy.copy(plan)
+        out.schedule = schedule
+        out.simulated_ms = r.summary["makespan_ms"] / r.summary["window"]["iterations"]
+        out.over_capacity = list(r.summary["memory_over_capacity"])
+        out.memory_mb = [r.summary["peak_memory_mb"][g[0]] for g in self.device_ids(plan.stages)]
+        return out
+
+    def plan(self, *, schedules: Sequence[str] = ("1f1b", "zb_h1"), dp: int | None = None, verify_top: int = 3,
+             verify: bool = True) -> Plan3DResult:
+        from .errors import HopsError
+
+        cands, n = [], 0
+        for d, seq in self.configurations(dp):
+            n += 1
+            c = self.candidate(d, seq)
+            if c is not None:
+                cands.append(c)
+        if not cands:
+            raise HopsError("no plan fits the model in the inventory's memory (every pool, TP degree and DP "
+                            "degree tried)")
+        cands.sort(key=lambda c: c.estimate_ms / c.samples_per_iteration)
+        single: dict[str, Plan3D] = {}
+        for c in cands:  # estimates, best first
+            used = {k for k, _ in c.stages}
+            if len(used) == 1:
+                single.setdefault(self.pools[used.pop()].name, c)
+        top = cands[:verify_top]
+        uniform = self.uniform(top[0])
+        if not verify:
+            return Plan3DResult(top[0], top, uniform, single, n)
+
+        def best_run(plan):
+            runs = [self.simulate(plan, s) for s in schedules]
+            fits = [r for r in runs if not r.over_capacity] or runs
+            return max(fits, key=lambda r: r.samples_per_s)
+
+        verified = sorted((best_run(c) for c in top), key=lambda r: (bool(r.over_capacity), -r.samples_per_s))
+        best = verified[0]
+        uniform = self.uniform(best)
+        if uniform is not None:
+            uniform = best_run(uniform)
+        single = {name: best_run(c) for name, c in single.items()}
+        return Plan3DResult(best, verified, uniform, single, n)
+
+    def uniform(self, plan: Plan3D) -> Plan3D | None:
+        """The plan's stages with the layers split evenly (the first stages take the remainder)."""
+        p, total = len(plan.stages), self.arch.layers
+        layers = [total // p + (1 if k < total % p else 0) for k in range(p)]
+        pos = ["only"] if p == 1 else ["first"] + ["mid"] * (p - 2) + ["last"]
+        tabs = [self.table(k, tp) for k, tp in plan.stages]
+        ts = [tab.time(n, ps) for tab, n, ps in zip(tabs, layers, pos)]
+        es = [tab.end_cost(n, ps, plan.dp) for tab, n, ps in zip(tabs, layers, pos)]
+        est = (plan.microbatches - 1) * max(ts) + sum(ts) + max(es) + self.transfers_ms(plan.stages)
+        mem = [tab.memory(n, ps, plan.dp, min(p - i, plan.microbatches))
+               for i, (tab, n, ps) in enumerate(zip(tabs, layers, pos))]
+        return Plan3D(plan.dp, plan.stages, layers, plan.microbatches, est, mem, [t.capacity for t in tabs],
+                      self.pools, plan.schedule, micro_batch_size=self.micro_batch_size)
+
+
+def plan_3d(model: Mapping, pools: Sequence[Pool], *, schedules=("1f1b", "zb_h1"), dp: int | None = None,
+            verify_top: int = 3, verify: bool = True, **kwargs) -> Plan3DResult:
+    """Planner3D(model, pools, **kwargs).plan(schedules=..., dp=..., verify_top=..., verify=...)."""
+    return Planner3D(model, pools, **kwargs).plan(schedules=schedules, dp=dp, verify_top=verify_top, verify=verify)

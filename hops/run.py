@@ -576,11 +576,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 PROG = "python -m hops.run"  # how the user ran us, for suggested commands (`hops` via cli())
-SUBCOMMANDS = {"sweep": "hops.sweep", "autoresearch": "autoresearch.__main__"}
+SUBCOMMANDS = {"sweep": "hops.sweep", "autoresearch": "autoresearch.__main__", "plan": "hops.plan"}
 
 
 def cli() -> None:
-    """The `hops` console script: the run app, plus `hops sweep DIR` and `hops autoresearch ...`.
+    """The `hops` console script: the run app, plus `hops sweep DIR`, `hops plan REQUEST` and
+    `hops autoresearch ...`.
 
     A bare first word is never a Hydra override (those hold `=` or start with + ~ -), so
     the subcommands cannot shadow one. `hops` being a real executable is what Hydra's

@@ -59,6 +59,16 @@ class Stage:
     activation_memory_mb: float | None = None
     compute_jitter: float | None = None  # None: pipeline.compute_jitter
     weights_derived: bool = False  # weights_mb came from the architecture (it follows the schedule's placement)
+    group: tuple[str, ...] = ()  # the tensor-parallel group (device first); () = device alone
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel size: the GPUs that split this stage's layers (1 for a `device:` stage)."""
+        return max(len(self.group), 1)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return self.group or (self.device,)
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,7 @@ class Scenario:
     dp_degree: int
     dp_algorithm: str
     dp_interconnect: str | None
+    dp_sharding: str  # none | zero1 | fsdp (optimizer.data_parallel.sharding)
     failure: Any
     output: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
@@ -224,10 +235,9 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     nbytes = catalog.model["bytes_per_element"][pipe.precision]
     matrices = vocab_matrices(len(pipe.stages), (0, len(pipe.stages) - 1), arch.tied) if arch else None
     stages = []
+    by_id = {d.id: d for d in devices}
+    groups = _tensor_parallel_groups(pipe.stages, by_id, arch, known, src)
     for i, st in enumerate(pipe.stages):
-        if st.device not in device_ids:
-            _fail(f"pipeline.stages[{i}].device", f"unknown device {echo(st.device)}; expected one of hardware.devices "
-                                                  f"ids: {known}", src)
         c = st.compute
         layers = 1.0 if auto else st.layers  # auto: replaced by the planned split below
         weights, derived = st.weights_mb, False
@@ -240,9 +250,10 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         else:
             compute = StageCompute(c.mode, **{k: _dist(getattr(c, k)) for k in
                                               ("forward", "backward", "backward_b", "backward_w")})
-        stages.append(Stage(device=st.device, weights_mb=0.0 if weights is None else weights, compute=compute,
+        stages.append(Stage(device=groups[i][0], weights_mb=0.0 if weights is None else weights, compute=compute,
                             layers=layers, activation_memory_mb=st.activation_memory_mb,
-                            compute_jitter=st.compute_jitter, weights_derived=derived))
+                            compute_jitter=st.compute_jitter, weights_derived=derived,
+                            group=groups[i] if len(groups[i]) > 1 else ()))
     tasks = m.simulation.batches * m.simulation.microbatches * len(stages)
     if tasks > MAX_STAGE_TASKS:
         _fail("simulation", f"batches x microbatches x stages = {tasks:,} stage tasks; expected at most "
@@ -328,7 +339,8 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         host_overhead=_dist(pipe.host_overhead), stages=tuple(stages), devices=tuple(devices),
         same_node=same_node, cross_node=cross_node, links=tuple(links), device_overrides=dev_over,
         optimizer_enabled=opt.enabled, optimizer_step_ms=step_ms, dp_degree=opt.data_parallel.degree,
-        dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, failure=failure, output=output,
+        dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, dp_sharding=opt.data_parallel.sharding,
+        failure=failure, output=output,
         raw=raw, notes=notes, virtual_stages=pipe.virtual_stages, post_validation=opt.post_validation,
         stack=stack, architecture=arch,
     )
@@ -343,6 +355,43 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
             for i, (st, n) in enumerate(zip(scenario.stages, split))))
     _check_hops(scenario, catalog, src)
     return scenario
+
+
+def _tensor_parallel_groups(stages, by_id, arch, known, src) -> list[tuple[str, ...]]:
+    """Each stage's GPUs, checked: known ids, a tensor-parallel group inside one node and of one
+    GPU type (Megatron runs TP over the node's NVLink/NVSwitch; a group of unequal GPUs would
+    run at its slowest member), of a size that divides the attention heads (and the key/value
+    heads: each rank holds whole heads), and no GPU in two different groups."""
+    out, owner = [], {}
+    for i, st in enumerate(stages):
+        field_ = f"pipeline.stages[{i}].device" if st.devices is None else f"pipeline.stages[{i}].devices"
+        group = tuple(st.devices) if st.devices is not None else (st.device,)
+        for d in group:
+            if d not in by_id:
+                _fail(field_, f"unknown device {echo(d)}; expected one of hardware.devices ids: {known}", src)
+        if len(set(group)) != len(group):
+            _fail(field_, f"lists a device twice; expected distinct hardware.devices ids", src)
+        if len(group) > 1:
+            nodes = sorted({by_id[d].node for d in group})
+            if len(nodes) > 1:
+                _fail(field_, f"a tensor-parallel group spans nodes {', '.join(nodes)}; expected the GPUs of one node",
+                      src)
+            gpus = sorted({by_id[d].gpu for d in group})
+            if len(gpus) > 1:
+                _fail(field_, f"a tensor-parallel group mixes GPU types {', '.join(gpus)}; expected one type", src)
+            if arch is None:
+                _fail(field_, "a tensor-parallel group needs the architecture: give pipeline.model hidden_dim, "
+                              "heads and seq_len", src)
+            if arch.heads % len(group) or arch.kv_heads % len(group):
+                what = "heads" if arch.heads % len(group) else "kv_heads"
+                _fail(field_, f"tensor-parallel size {len(group)} does not divide pipeline.model.{what} "
+                              f"({getattr(arch, what)}); expected a divisor", src)
+        for d in group:
+            if owner.setdefault(d, group) != group:
+                _fail(field_, f"device {echo(d)} is already in the group {list(owner[d])}; a GPU belongs to one "
+                              f"tensor-parallel group", src)
+        out.append(group)
+    return out
 
 
 def _architecture(model, catalog, src) -> Architecture | None:
@@ -417,10 +466,16 @@ def _check_failure_devices(f, devices, src) -> None:
 
 
 def _check_hops(s: Scenario, catalog, src) -> None:
-    """Every consecutive pair of stages on different devices needs a link."""
+    """Every consecutive pair of stages on different devices needs a link, and every tensor-parallel
+    group a link between its GPUs."""
     from .hardware import Topology
 
     topo = Topology(s, catalog)
+    for i, st in enumerate(s.stages):
+        if st.tp > 1 and topo.link(st.gpus[0], st.gpus[1]) is None:
+            raise ScenarioError(f"pipeline.stages[{i}].devices",
+                                f"no link inside the tensor-parallel group: set hardware.interconnect.same_node or "
+                                f"use a host preset with a gpu_link", src)
     for i in range(s.n_stages - 1):
         a, b = s.stages[i].device, s.stages[i + 1].device
         if a != b and topo.link(a, b) is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-KINDS = ("compute", "transfer", "optimizer", "allreduce", "failure")
+KINDS = ("compute", "transfer", "optimizer", "allreduce", "failure", "collective")  # collective: tensor-parallel, inside a pass
 PHASES = ("F", "B", "W", "BW", "OPT", "")
 EVENTS_CSV_HEADER = ("kind", "stage", "device", "microbatch", "phase", "start_ms", "end_ms", "src", "dst")
 

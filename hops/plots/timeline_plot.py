@@ -38,6 +38,7 @@ COMM_COLORS = {
     "send F": "#1B3A6B",     # activations, downstream
     "send B": "#8C3B0E",     # gradients, upstream
     "allreduce": "#17A2B8",
+    "collective": "#8E6BBF",  # tensor-parallel collectives inside a pass
 }
 FAILURE_COLOR = "#E41A1C"
 CHUNK_HATCHES = (None, "//", "\\\\", "xx", "..", "++")  # chunk k's hatch (cycled); chunk 0 plain
@@ -86,6 +87,7 @@ def _categories(tl: Timeline) -> tuple[np.ndarray, list[str]]:
     cat[transfer & (tl.phase == "F")] = idx["send F"]
     cat[transfer & (tl.phase != "F")] = idx["send B"]
     cat[tl.kind == "allreduce"] = idx["allreduce"]
+    cat[tl.kind == "collective"] = idx["collective"]
     return cat, names
 
 
@@ -327,7 +329,8 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
 
     legend_names = {"F": "forward", "B": "backward", "W": "weight grad", "BW": "backward (fused)",
                     "OPT": "optimizer", "other": "compute", "send F": "send activations",
-                    "send B": "send gradients", "allreduce": "all-reduce"}
+                    "send B": "send gradients", "allreduce": "all-reduce",
+                    "collective": "TP collectives"}
     handles = [Patch(facecolor=PHASE_COLORS.get(n, COMM_COLORS.get(n)), label=legend_names[n])
                for n in present if n != "failure"]
     if "failure" in present:

@@ -18,6 +18,7 @@ from .fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bo
                      Section, Str, check_number, closed_mapping, fail, show)
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+SHARDINGS = ("none", "zero1", "fsdp")
 DEFAULT_STACK = "megatron_core"  # a user scenario's training stack unless it names one (hops/presets/stacks.yaml)
 DIST_KINDS = {
     "constant": ("ms",),
@@ -110,13 +111,31 @@ Layers = Annotated[Any, BeforeValidator(_layers), WithJsonSchema({
 
 
 class StageModel(Section):
-    device: Str(description="a hardware.devices id")
+    device: Str(description="a hardware.devices id (one GPU); or give devices") | None = None
+    devices: ListOf(Str(nonempty=True)) | None = Field(
+        None, description="a tensor-parallel group: hardware.devices ids of one node and one GPU type; its size "
+                          "must divide pipeline.model.heads")
     weights_mb: Num(ge=0, description="default: derived from the architecture, else 0") | None = None
     compute: ComputeModel | None = None  # None: derived from layers and pipeline.model's architecture
     layers: Layers | None = None
     activation_memory_mb: Num(ge=0) | None = None
     compute_jitter: Num(ge=0, description="this stage's coefficient of variation; default "
                                           "pipeline.compute_jitter") | None = None
+
+    @model_validator(mode="after")
+    def _one_placement(self):
+        if self.device is None and self.devices is None:
+            raise fail("missing; expected a hardware.devices id (or devices: a tensor-parallel group)", key="device")
+        if self.device is not None and self.devices is not None:
+            raise fail("give device (one GPU) or devices (a tensor-parallel group), not both", key="devices")
+        if self.devices is not None and not self.devices:
+            raise fail("expected a non-empty list of hardware.devices ids", key="devices")
+        return self
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        """The stage's GPUs: its tensor-parallel group, or its one device."""
+        return tuple(self.devices) if self.devices is not None else (self.device,)
 
 
 class BackwardSplitModel(Section):
@@ -234,6 +253,9 @@ StepMs = Annotated[Any, BeforeValidator(_step_ms), WithJsonSchema({
 class DataParallelModel(Section):
     degree: Int(gt=0, cap=MAX_COUNT) = 1
     algorithm: Str(("ring", "naive")) = "ring"
+    sharding: Str(SHARDINGS, description="none: a gradient all-reduce; zero1 (distributed optimizer) and fsdp: "
+                                         "a reduce-scatter of the gradients plus an all-gather of the weights "
+                                         "(hops/collectives.py)") = "none"
     interconnect: Str(description="an interconnect preset") | None = None
 
 

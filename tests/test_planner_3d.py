@@ -1,0 +1,175 @@
+"""The 3D planner: the best plan of its search space, checked by brute force on a small case,
+and refusals that name the field."""
+import itertools
+import math
+
+import pytest
+
+from hops.errors import HopsError, ScenarioError
+from hops.planner import Planner3D, Pool
+
+TINY = {"layers": 4, "hidden_dim": 512, "heads": 8, "seq_len": 512, "vocab_size": 8000}
+POOLS = (Pool("h100_sxm", nodes=1, gpus_per_node=4, host="dgx_h100", price_per_gpu_hour=2.0),
+         Pool("a100", nodes=1, gpus_per_node=2, host="dgx_a100", price_per_gpu_hour=1.0))
+
+
+def brute_force(pl: Planner3D):
+    """Every plan of the search space, written out without the planner's search: each pool
+    unused or wholly used at a power-of-two TP dividing its node and the heads (TP > 1 only over
+    the host's gpu_link), every DP degree
+    splitting the batch, every order of the stages, every split of the layers that fits."""
+    total, best = pl.arch.layers, None
+    rows = pl.global_batch // pl.micro_batch_size
+    for d in range(1, max(p.gpus for p in pl.pools) + 1):
+        if rows % d:
+            continue
+        m = rows // d
+        per_pool = []
+        for pool in pl.pools:
+            link = pool.host is not None and pl.catalog.hosts[pool.host].get("gpu_link")
+            tps = [t for t in (1, 2, 4, 8) if t <= pool.gpus_per_node and pool.gpus % (d * t) == 0
+                   and pl.arch.heads % t == 0 and (t == 1 or link)]
+            per_pool.append([None] + tps)
+        for choice in itertools.product(*per_pool):
+            kinds = [(k, t) for k, t in enumerate(choice) if t is not None
+                     for _ in range(pl.pools[k].gpus // (d * t))]
+            p = len(kinds)
+            if not kinds or p > min(pl.max_pipeline, total):
+                continue
+            for seq in set(itertools.permutations(kinds)):
+                pos = ["only"] if p == 1 else ["first"] + ["mid"] * (p - 2) + ["last"]
+                for cuts in itertools.combinations(range(1, total), p - 1):
+                    layers = [b - a for a, b in zip((0,) + cuts, cuts + (total,))]
+                    tabs = [pl.table(k, t) for k, t in seq]
+                    if any(tab.memory(n, ps, d, min(p - i, m)) > tab.capacity
+                           for i, (tab, n, ps) in enumerate(zip(tabs, layers, pos))):
+                        continue
+                    ts = [tab.time(n, ps) for tab, n, ps in zip(tabs, layers, pos)]
+                    es = [tab.end_cost(n, ps, d) for tab, n, ps in zip(tabs, layers, pos)]
+                    est = (m - 1) * max(ts) + sum(ts) + max(es) + pl.transfers_ms(seq)
+                    per_sample = est / (d * m * pl.micro_batch_size)
+                    if best is None or per_sample < best[0] - 1e-12:
+                        best = (per_sample, d, seq, layers)
+    return best
+
+
+SMALL_CASES = {
+    # the optimum is a TP-4 A100 group then two L40S stages, split 7 / 2 / 1
+    "a100-tp4+l40s": ({"layers": 10, "hidden_dim": 4096, "heads": 32, "seq_len": 2048, "vocab_size": 32000},
+                      (Pool("a100", nodes=1, gpus_per_node=4, host="dgx_a100"), Pool("l40s", nodes=2,
+                                                                                       gpus_per_node=1))),
+    # memory forces six stages; the A10Gs take the ends, the split is uneven
+    "l4+a10g": ({"layers": 10, "hidden_dim": 5120, "heads": 40, "seq_len": 4096, "vocab_size": 32000},
+                (Pool("l4", nodes=1, gpus_per_node=4, host="aws_g6"), Pool("a10g", nodes=2, gpus_per_node=1,
+                                                                            host="aws_g5"))),
+    "tiny": (TINY, POOLS),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SMALL_CASES))
+@pytest.mark.parametrize("batch", [8, 12])
+def test_the_planner_finds_the_brute_force_optimum_of_its_estimate(case, batch):
+    model, pools = SMALL_CASES[case]
+    pl = Planner3D(model, pools, global_batch=batch)
+    want = brute_force(pl)
+    got = pl.plan(verify=False).best
+    assert got.estimate_ms / got.samples_per_iteration == pytest.approx(want[0], rel=1e-12)
+
+
+def test_verified_plans_are_simulated_and_never_slower_than_the_uniform_split_of_their_stages():
+    r = Planner3D(TINY, POOLS, global_batch=8).plan(verify_top=2)
+    assert all(c.simulated_ms is not None for c in r.candidates)
+    assert r.best.samples_per_s >= r.uniform.samples_per_s * (1 - 1e-9)
+    assert set(r.single_type) == {"h100_sxm@dgx_h100", "a100@dgx_a100"}
+    assert r.best.samples_per_s >= max(p.samples_per_s for p in r.single_type.values()) * (1 - 1e-9)
+    # cost per sample: the priced GPU-hours of every GPU the plan uses over the samples it trains
+    gpus = r.best.gpus
+    price = sum(n * (2.0 if name.startswith("h100") else 1.0) for name, n in gpus.items())
+    assert r.best.cost_per_sample == pytest.approx(price / 3600 / r.best.samples_per_s)
+
+
+def test_a_plan_becomes_a_scenario_of_one_replica_with_its_dp_degree():
+    import hops
+
+    pl = Planner3D(TINY, POOLS, global_batch=8)
+    best = pl.plan(verify=False).best
+    doc = pl.scenario(best)
+    sc = hops.load_scenario(doc)
+    assert [st.tp for st in sc.stages] == [tp for _, tp in best.stages]
+    assert [int(st.layers) for st in sc.stages] == best.layers
+    assert sc.dp_degree == best.dp and sc.microbatches * best.dp * sc.micro_batch_size == 8
+
+
+def test_memory_limits_the_split():
+    """A model that one GPU of a pool cannot hold is planned over more of them, or refused."""
+    big = {"layers": 8, "hidden_dim": 8192, "heads": 64, "seq_len": 4096, "vocab_size": 32000}
+    one_gpu = (Pool("l4", nodes=1, gpus_per_node=1),)
+    with pytest.raises(HopsError, match="no plan fits"):
+        Planner3D(big, one_gpu, global_batch=4).plan(verify=False)
+    r = Planner3D(big, (Pool("h100_sxm", nodes=2, gpus_per_node=8, host="dgx_h100"),), global_batch=4).plan(
+        verify=False)
+    assert all(u <= c for u, c in zip(r.best.memory_mb, r.best.capacity_mb))
+
+
+def test_a_dp_degree_the_inventory_cannot_supply_is_refused_naming_the_field():
+    pl = Planner3D(TINY, POOLS, global_batch=64)
+    with pytest.raises(ScenarioError) as exc:
+        pl.plan(dp=8, verify=False)
+    msg = str(exc.value)
+    assert msg.startswith("training.data_parallel:") and "\n" not in msg and "4 x h100_sxm" in msg
+    assert pl.plan(dp=2, verify=False).best.dp == 2
+
+
+@pytest.mark.parametrize("field,pools,model", [
+    ("inventory[0].gpu", (Pool("h200", nodes=1),), TINY),
+    ("inventory[0].host", (Pool("a100", nodes=1, host="dgx_z"),), TINY),
+    ("model.heads", POOLS, {k: v for k, v in TINY.items() if k != "heads"}),
+])
+def test_bad_requests_name_the_field(field, pools, model):
+    with pytest.raises(ScenarioError, match=f"^{field.replace('[', '.').replace(']', '.')}"):
+        Planner3D(model, pools, global_batch=8)
+
+
+def test_the_search_counts_grow_as_documented():
+    """With at most max_orders orders a sequence's orders are all enumerated, else the pools in blocks."""
+    pl = Planner3D(TINY, POOLS, global_batch=8, max_orders=1)
+    seqs = [s for d, s in pl.configurations() if d == 1 and len({k for k, _ in s}) == 2]
+    # blocks only: each mixed (tp choice) gives 2 orders
+    per_choice = {}
+    for s in seqs:
+        per_choice.setdefault(tuple(sorted(set(s))), []).append(s)
+    assert all(len(v) == 2 for v in per_choice.values())
+    assert math.comb(4, 2) > 2  # a mixed 2+2 pipeline would have 6 orders without the limit
+
+
+def request_file(tmp_path, **training):
+    import yaml
+
+    doc = {"model": TINY, "inventory": [{"gpu": "h100_sxm", "host": "dgx_h100", "nodes": 1, "gpus_per_node": 4,
+                                         "price_per_gpu_hour": 2.0}],
+           "training": {"global_batch": 8, **training}}
+    path = tmp_path / "request.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_the_cli_prints_the_plans_and_writes_the_best_as_a_scenario(tmp_path, capsys):
+    import hops
+    from hops.plan import main
+
+    out = tmp_path / "best.yaml"
+    assert main([str(request_file(tmp_path, schedules=["1f1b"])), "--top", "1", "--scenario", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "plan 1" in text and "uniform split" in text and "cost/sample" in text
+    assert hops.simulate(str(out)).summary["throughput"]["samples_per_s"] > 0
+
+
+@pytest.mark.parametrize("training,field", [({"data_parallel": 64}, "training.data_parallel"),
+                                            ({"global_batch": 0}, "training.global_batch"),
+                                            ({"sharding": "zero9"}, "training.sharding")])
+def test_the_cli_refuses_a_bad_request_in_one_line(tmp_path, capsys, training, field):
+    from hops.plan import main
+
+    assert main([str(request_file(tmp_path, **training))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and field in err, err
