@@ -120,8 +120,9 @@ CASES = (
         assumptions=("GPUs: A800 80GB SXM, 8 on one HGX node (NVLink 400 GB/s), the lab's usual hardware; "
                      "the PR does not say",
                      "micro-batch size 1, sequence 2048 (the PR's seq); 8 layers per stage",
-                     "data parallelism: only the iteration-end ring all-reduce of each stage's weights over NVLink "
-                     "(optimizer.data_parallel); ZeRO sharding and overlap are not modelled",
+                     "data parallelism: each stage's fp32 gradients ring-all-reduced over NVLink at the end of the "
+                     "iteration (optimizer.data_parallel, no sharding, not overlapped: the stack's "
+                     "dp_overlap_grad_reduce is false); whether the PR ran ZeRO-1 is not stated",
                      "untied embeddings (InternLM-7B); default stack megatron_core (flash attention, async dispatch)")),
     Case(
         name="torchtitan #773: Llama-3-8B, pp 8, interleaved",
