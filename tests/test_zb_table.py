@@ -70,33 +70,77 @@ def test_bubble_rates(p, m):
 
 
 @pytest.mark.parametrize("p,m", PM)
-def test_zb_v_reaches_zero_bubble_only_above_1f1b_memory_in_hops(p, m):
-    """Not the table: at ZB-V's 1x memory (2p chunk activations) HOPS's V rules finish device 0
-    last in every iteration, so post-validation overlaps nothing and the bubble stays
-    (p - 1) / 6m; with 3p - 1 chunk activations (about 1.5x) they reach the table's zero.
-    Orders that reach it at 2p exist (the test below): the shortfall is the rules'."""
-    assert bubble_rate(p, m, "zb_v") == pytest.approx((p - 1) / (6 * m))
+def test_zb_v_reaches_zero_bubble_at_1f1b_memory(p, m):
+    """The table's row: zero steady-state bubble with 2p chunk activations (1F1B's memory),
+    from the building-block rule (zb_v.py), and still zero with 3p - 1."""
+    assert bubble_rate(p, m, "zb_v") == pytest.approx(0.0, abs=1e-9)
+    assert activation_mb(p, m, "zb_v") == pytest.approx(activation_mb(p, m, "1f1b"))
     assert bubble_rate(p, m, "zb_v", cap=3 * p - 1) == pytest.approx(0.0, abs=1e-9)
-    ofob = activation_mb(p, m, "1f1b")
-    assert activation_mb(p, m, "zb_v", cap=3 * p - 1) / ofob == pytest.approx((3 * p - 1) / (2 * p))
 
 
-def test_a_zero_bubble_zb_v_order_exists_at_1f1b_memory_where_hops_rules_miss_it():
-    """The table's claim holds for the schedule, not for HOPS's rules: an integer program finds
-    an order at 2p chunk activations in which device d is busy over [d, 6m + d), and HOPS's
-    own replay of it, iterated back to back as post-validation runs it, adds exactly 6m per
-    iteration (zero bubble); one activation fewer admits no such order."""
+def iterated(orders, m, its):
+    """Each device runs its one-iteration order ``its`` times, microbatches renumbered."""
+    return [[(c, ph, j + i * m) for i in range(its) for c, ph, j in o] for o in orders]
+
+
+BLOCK = [(p, k * p) for p in range(1, 9) for k in range(2, 6)] + [(12, 24), (16, 32), (16, 80), (32, 64)]
+
+
+@pytest.mark.parametrize("p,m", BLOCK)
+def test_the_building_block_order_iterates_without_bubble_at_1f1b_memory(p, m):
+    """Wherever p divides m >= 2p: every task once per iteration, at most 2p chunk activations
+    per device, and N iterations run back to back (post-validation) take 6mN + p - 1 at unit
+    times -- device d busy over [d, 6m + d) in each. HOPS's replay waits on every dependency."""
+    from hops.schedulers.zb_v import list_schedule
+
+    _, peak, orders = list_schedule(p, m, None, block=True)
+    assert max(peak) <= 2 * p
+    for d, o in enumerate(orders):
+        want = {(c, ph, j) for c in (0, 1) for ph in "FBW" for j in range(m)}
+        assert len(o) == len(want) and set(o) == want
+    for its in (1, 3):
+        span, peak, _ = list_schedule(p, m * its, None, orders=iterated(orders, m, its))
+        assert span == 6 * m * its + p - 1 and max(peak) <= 2 * p
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 6), (4, 12), (6, 12)])
+def test_the_engine_runs_zb_v_iterations_in_6mN_plus_p_minus_1(p, m):
+    for n in (1, 3):
+        s = hops.simulate(scenario(p, m, "zb_v", batches=n)).summary
+        assert s["makespan_ms"] == pytest.approx(6 * m * n + p - 1, abs=1e-6)
+        assert max(s["peak_in_flight"]) == 2 * p
+
+
+def test_the_list_rules_alone_finish_device_0_last_which_the_building_block_avoids():
+    """Why the building-block rule exists: planned over two post-validated iterations, every
+    variant of the list rules ends p - 1 units later than 12m + p - 1 at 2p chunk
+    activations (device 0 ends each iteration last), so the steady-state bubble would stay
+    (p - 1) / 6m; the building-block rule is exact."""
+    from hops.schedulers.zb_v import list_schedule
+
+    for p, m in [(2, 4), (4, 16), (8, 32)]:
+        rules = [list_schedule(p, m, None, b_first, w_first=w_first, iterations=2)[0]
+                 for b_first in (0, 1) for w_first in (False, True)]
+        assert min(rules) == 12 * m + 2 * (p - 1)
+        assert list_schedule(p, m, None, block=True, iterations=2)[0] == 12 * m + p - 1
+
+
+def test_a_zero_bubble_zb_v_order_found_by_an_integer_program_agrees_with_the_building_block():
+    """An integer program (experiments.literature.zbv_order) finds an order at 2p chunk
+    activations in which device d is busy over [d, 6m + d), and HOPS's replay of it iterated
+    back to back adds exactly 6m per iteration, as the building-block order does; one
+    activation fewer admits no such order, so 2p is the least memory for zero bubble."""
     from experiments.literature.zbv_order import parallelogram_order
     from hops.schedulers.zb_v import list_schedule
 
     p, m, its = 2, 4, 3
     order = parallelogram_order(p, m, 2 * p)
     assert order is not None
-    again = [[(0 if t[1] == "a" else 1, t[0], int(t[2:]) + i * m) for i in range(its) for t in o] for o in order]
-    span, peak, _ = list_schedule(p, m * its, None, orders=again)
+    ilp = [[(0 if t[1] == "a" else 1, t[0], int(t[2:])) for t in o] for o in order]
+    span, peak, _ = list_schedule(p, m * its, None, orders=iterated(ilp, m, its))
     assert span == 6 * m * its + p - 1 and max(peak) == 2 * p
-    assert list_schedule(p, m, None)[0] == 6 * m + p - 1  # HOPS's rules: one iteration is as short ...
-    assert bubble_rate(p, m, "zb_v") == pytest.approx((p - 1) / (6 * m))  # ... but the steady state is not
+    block = list_schedule(p, m, None, block=True)[2]
+    assert list_schedule(p, m * its, None, orders=iterated(block, m, its))[0] == span
     assert parallelogram_order(p, m, 2 * p - 1) is None
 
 

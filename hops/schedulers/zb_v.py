@@ -28,21 +28,42 @@ p = 1-4 and 8; otherwise it is 1 to 4 units above it, a constant that does not g
 short of the paper's hand-drawn order, which is not written down for general p and m.
 
 Post-validation (``optimizer.post_validation: true``) removes the barrier between iterations,
-so a device starts its next iteration when its own optimizer step is done; the rules then
-plan two iterations back to back and keep the order that replays two shortest. The ZB
-repository lists ZB-V at zero bubble with 1F1B's activation memory; HOPS's rules do not get
-there: at the 2p-chunk cap device 0, which both starts and ends the V, still finishes each
-iteration last, and N iterations at unit times take N(6m + p - 1), as under the barrier. With
-``scheduler_options: {max_in_flight: 3p - 1}`` (chunk activations per device, about 1.5x
-1F1B's memory) each further iteration adds exactly 6m, the steady-state zero bubble, at every
-(p, m) tried with p <= 4 and at (5, 11) and (8, 32) (tests/test_zb_table.py), and 1 to 2
-units more at (5, 10), (6, 12) and (8, 16). Orders at 2p that do reach it exist, so the
-shortfall is these rules', not the schedule's: an integer program
-(``python -m experiments.literature.zbv_order P M``) finds one with device d busy over
-[d, 6m + d) at (2, 4), (2, 8), (3, 6) and (4, 8), and HOPS's replay of it iterated back to
-back adds exactly 6m per iteration (tests/test_zb_table.py); a rule that builds such an
-order for every p and m is not written yet. ``max_in_flight`` below 2p is refused: the
-rules stall there.
+so a device starts its next iteration when its own optimizer step is done; the candidates are
+then planned over two iterations back to back and judged by how long two replay. The ZB
+repository lists ZB-V at zero bubble with 1F1B's activation memory. At unit times that means
+one iteration is a parallelogram: device d busy without a gap over [d, 6m + d), so the next
+iteration's start on device 0 fills device p - 1's drain and N iterations take 6mN + p - 1.
+The list rules above miss it at the 2p-chunk cap: device 0, which both starts and ends the V,
+finishes each iteration last, and N iterations take N(6m + p - 1).
+
+The building-block rule reaches it. "Pipeline Parallelism with Controllable Memory" builds its
+V schedules by repeating one microbatch's F/B/W block at a fixed interval (6 units per device
+here), the activation memory being set by how long each chunk's activation lives in the block.
+In the V the returning chunk's activation is short-lived (on device 0 the last chunk's F, B and
+W can run back to back) while the first chunk's lives for the microbatch's trip to the last
+chunk and back, about 4p - 2d units on device d, longest on device 0; so the rule bounds the
+two separately. Each device, whenever idle, runs the returning chunk's forward (under the 2p
+cap), else a ready B (the returning chunk's first), else a new microbatch's first-chunk forward
+if it holds fewer than 2p - 1 - d first-chunk activations (F done, W not), else a W (the
+returning chunk's first). It came from trying such per-chunk bounds and tie-breaks against the
+target above, with an integer program's orders
+(``python -m experiments.literature.zbv_order P M``) as ground truth; like those, its orders
+for (2, 4) and (3, 6) run the microbatches in waves of p. Wherever p divides m >= 2p it builds
+the parallelogram: checked for every p <= 8 at m = 2p to 5p and at (12, 24), (16, 32), (16, 80)
+and (32, 64) (tests/test_zb_table.py); (32, 320) planned over two iterations takes about a
+second. Under post-validation it is one more candidate in the replay choice and loses every
+tie, so it is used only where it replays shorter. Under the flush it is not a candidate, so the
+orders there, and hetero_search's V candidates (the same list rules), are unchanged; it would
+sometimes win there too (at unit times one unit shorter at (6, 17) and (6, 29); 1.5 to 3.5 %
+shorter on bench_a10g_front, hetero_pp4_fast_front and bench_l4_middle of the hetero_scheduler
+study), which would move hetero_search's comparison with zb_v.
+Where p does not divide m it misses the parallelogram: post-validated it is sometimes the
+shorter candidate (two iterations at (5, 14): 175 against the rules' 178 and the bound's 173),
+often not, and the steady state keeps a bubble (orders at 2p with zero bubble exist there too,
+e.g. at (2, 5) and (3, 7) by the integer program; no rule here builds them). With
+``scheduler_options: {max_in_flight: 3p - 1}`` (chunk activations per device, about 1.5x 1F1B's
+memory) the list rules reach zero steady-state bubble at every (p, m) tried with p <= 4 and at
+(5, 11) and (8, 32). ``max_in_flight`` below 2p is refused: the rules stall there.
 """
 from __future__ import annotations
 
@@ -62,7 +83,7 @@ def dev_of(k: int, p: int) -> int:
 
 
 def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_first: bool = False,
-                  cap: int | None = None, iterations: int = 1):
+                  cap: int | None = None, iterations: int = 1, block: bool = False):
     """The rule above as an event-driven list schedule over the V, or a replay of fixed orders.
 
     ``times``: (f, b, w, xfer) per virtual stage (xfer[k]: message time from chunk k to its
@@ -72,6 +93,10 @@ def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_f
     activations a device may hold (default 2p, 1F1B's). ``iterations`` > 1 plans that many
     iterations back to back as post-validation runs them (a device starts an iteration's work
     once it has finished all of its previous one; microbatch g belongs to iteration g div m).
+    ``block`` runs the building-block rule instead (see the module docstring): the returning
+    chunk's forward, then a ready B (returning chunk first), then a new microbatch while device
+    d holds fewer than 2p - 1 - d first-chunk activations, then a W (returning chunk first);
+    ``b_first`` and ``w_first`` do not apply to it.
     With ``orders`` each device runs its given order instead of choosing. Returns (makespan,
     per-device peak chunk activations, per-device orders of (chunk, phase, microbatch) of the
     last iteration, microbatches numbered within it), or None if the rule stalls.
@@ -108,6 +133,8 @@ def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_f
             k = chunk_k(d, c)
             ready = f_at if ph == "F" else b_at if ph == "B" else w_at
             return (c, ph, j) if ready[k][j] <= t else None
+        if block:
+            return pick_block(d, t)
         for c in (b_first, 1 - b_first):
             k = chunk_k(d, c)
             if nb[k] < m and b_at[k][nb[k]] <= t and open_for(d, nb[k]):
@@ -128,6 +155,24 @@ def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_f
         if best is not None:
             return best[1], "W", best[2]
         return (0, "F", nf[chunk_k(d, 0)]) if new else None
+
+    def pick_block(d: int, t: float):
+        k = chunk_k(d, 1)
+        if held[d] < cap and nf[k] < m and f_at[k][nf[k]] <= t and open_for(d, nf[k]):
+            return 1, "F", nf[k]
+        for c in (1, 0):
+            k = chunk_k(d, c)
+            if nb[k] < m and b_at[k][nb[k]] <= t and open_for(d, nb[k]):
+                return c, "B", nb[k]
+        k = chunk_k(d, 0)
+        if (held[d] < cap and nf[k] - nw[k] < n - 1 - d and nf[k] < m and f_at[k][nf[k]] <= t
+                and open_for(d, nf[k])):
+            return 0, "F", nf[k]
+        for c in (1, 0):
+            k = chunk_k(d, c)
+            if nw[k] < nb[k] and w_at[k][nw[k]] <= t:
+                return c, "W", nw[k]
+        return None
 
     def start(d: int, t: float) -> None:
         nonlocal seq
@@ -220,16 +265,20 @@ class ZBV(DeviceOrderScheduler):
         # The rule at unit times (the paper's setting) and at the pipeline's expected times (a
         # heterogeneous or communication-bound V needs a different order); keep whichever runs
         # shorter at the expected times. All hold at most ``cap`` chunk activations per device.
+        # The building-block rule is for the post-validated steady state; it loses every tie, so
+        # it is kept only when it replays shorter. Under the flush the orders stay the rules'.
+        rules = [(times, dict(b_first=b_first, w_first=w_first))
+                 for times in (None, expected) for w_first in (False, True) for b_first in (1, 0)]
+        if meta.post_validation:
+            rules += [(times, dict(block=True)) for times in (None, expected)]
         candidates = []
-        for times in (None, expected):
-            for w_first in (False, True):
-                for b_first in (1, 0):
-                    r = list_schedule(p, m, times, b_first, w_first=w_first, cap=cap, iterations=its)
-                    if r is not None:
-                        again = [[(c, ph, j + i * m) for i in range(its) for c, ph, j in o] for o in r[2]]
-                        replay = list_schedule(p, m * its, expected, orders=again)
-                        candidates.append((replay[0], max(r[1]), len(candidates), r[2]))
-        _, _, _, self._orders = min(candidates)
+        for times, rule in rules:
+            r = list_schedule(p, m, times, cap=cap, iterations=its, **rule)
+            if r is not None:
+                again = [[(c, ph, j + i * m) for i in range(its) for c, ph, j in o] for o in r[2]]
+                replay = list_schedule(p, m * its, expected, orders=again)
+                candidates.append((replay[0], "block" in rule, max(r[1]), len(candidates), r[2]))
+        self._orders = min(candidates)[-1]
         super().configure(meta)
 
     def device_order(self, d: int, p: int, v: int, m: int) -> list[tuple[int, str, int]]:
