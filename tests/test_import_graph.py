@@ -8,8 +8,10 @@ not from `sys.modules`, so a path no test executes is checked as well.
 
 An edge goes to the module an import names: `from hops import engine` reaches `hops.engine`,
 `from hops.scenario import load_scenario` reaches `hops.scenario`, `import hops.scenario` reaches
-`hops.scenario`. The parent packages Python initialises on the way are not edges (otherwise every
-package `__init__` that re-exports a submodule would be a "cycle" with it).
+`hops.scenario`. It also goes to the packages Python initialises on the way (`hops.schedulers` for
+`hops.schedulers.base`), except those the importing module sits in: they are initialising already
+(a package `__init__` that re-exports its submodules is not a cycle with them). An import that
+names its own package (`from . import resolve_scheduler`) is an edge to it like any other.
 """
 import ast
 from pathlib import Path
@@ -28,16 +30,20 @@ APP = {"hops.run", "hops.run_mlflow", "hops.sweep", "hops.run_dir"}
 APP_ONLY_LIBRARIES = ("hydra", "mlflow")
 
 
-def _modules():
-    """Module name -> source path for every .py file of the three packages."""
+def _modules(root=ROOT, packages=PACKAGES):
+    """Module name -> source path for every .py file of the packages."""
     found = {}
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path
     return found
+
+
+def _is_package(path):
+    return path.name == "__init__.py"
 
 
 def _imports(name, path, modules=()):
@@ -45,7 +51,7 @@ def _imports(name, path, modules=()):
 
     `from pkg import x` names `pkg.x` when that is a module of `modules`, else `pkg` itself.
     """
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = name if _is_package(path) else name.rpartition(".")[0]
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -60,15 +66,20 @@ def _imports(name, path, modules=()):
     return out
 
 
-def import_graph():
-    """Module -> {imported module of the three packages: first line importing it}."""
-    modules = _modules()
+def import_graph(root=ROOT, packages=PACKAGES):
+    """Module -> {imported module of the packages: first line importing it}."""
+    modules = _modules(root, packages)
     graph = {}
     for name, path in modules.items():
         edges = {}
         for mod, line in _imports(name, path, modules):
-            if mod in modules and mod != name:
-                edges.setdefault(mod, line)
+            parts = mod.split(".")
+            for target in (".".join(parts[:k]) for k in range(1, len(parts) + 1)):
+                if target not in modules or target == name:
+                    continue
+                inside = name.startswith(target + ".")  # its own package, initialising already
+                if target == mod or (_is_package(modules[target]) and not inside):
+                    edges.setdefault(target, line)
         graph[name] = edges
     return graph
 
@@ -120,6 +131,21 @@ def test_the_checker_reads_imports_inside_functions(tmp_path):
     src.write_text("import os\n\ndef f():\n    from hops.engine import Engine\n    from . import sibling\n")
     names = {m for m, _ in _imports("hops.m", src, {"hops.sibling"})}
     assert names == {"os", "hops.engine", "hops.sibling"}
+
+
+def test_the_checker_counts_the_package_an_import_initialises(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from . import sub\nfrom app import helper\n")
+    (tmp_path / "pkg" / "sub.py").write_text("X = 1\n")
+    (tmp_path / "pkg" / "user.py").write_text("def f():\n    from . import X\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "helper.py").write_text("def f():\n    import pkg.sub\n")
+    graph = import_graph(tmp_path, ("pkg", "app"))
+    assert graph["pkg"] == {"pkg.sub": 1, "app": 2, "app.helper": 2}  # no edge back from pkg.sub: it is inside
+    assert graph["pkg.sub"] == {}
+    assert graph["pkg.user"] == {"pkg": 2}  # names its own package: a cycle if pkg imported it
+    assert strongly_connected(graph) == [["app.helper", "pkg"]]
 
 
 def test_no_module_of_hops_autoresearch_or_experiments_is_part_of_an_import_cycle():
