@@ -22,6 +22,7 @@ from pathlib import Path
 from hops.errors import HopsError
 
 from . import ledger
+from .iteration_runs import close_effect, close_record, log_gate, open_refusal, replay_unfinished, short_title, snapshot_or_none
 
 
 def _fixtures(p) -> None:
@@ -161,7 +162,7 @@ def run_search(args) -> int:
 def run_checkpoint(args) -> int:
     from .checkpoint import checkpoint
 
-    _replay()
+    replay_unfinished()
     print(checkpoint(args.split, args.confirm_human, root=args.fixtures, jobs=args.jobs))
     return 0
 
@@ -235,88 +236,17 @@ def run_log(args) -> int:
     from .research_log import collect, write_log
 
     book = ledger.Ledger()
-    _replay(book)
+    replay_unfinished(book)
     path = write_log(book)
     print(f"{path}: {len(collect(book))} iteration(s)")
     return 0
 
 
 # --------------------------------------------------------------------------- gate
-def run_name(iteration, command: str) -> str:
-    """What a person reads in the runs table: `it12 gate: host NIC caps`."""
-    if iteration is None:
-        return command
-    t = iteration.data.tags
-    return f"it{t.get('iteration')} {command}: {t.get('title') or short_title(t.get('hypothesis', ''))}"
-
-
-def short_title(text: str, limit: int = 48) -> str:
-    first = text.strip().split(". ")[0].split("\n")[0]
-    return first if len(first) <= limit else first[: limit - 1].rsplit(" ", 1)[0] + "…"
-
-
-def _snapshot_or_none() -> str | None:
-    from . import worktree
-
-    try:
-        return worktree.snapshot() if worktree.is_repo() else None
-    except worktree.TreeError:
-        return None
-
-
-def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration=None, *, finish: bool = True) -> str:
-    """One run per gate evaluation; while an iteration is open it also becomes the iteration's "after".
-
-    A what-if gate (--set) counts as evidence too (search proposals are judged that way before any
-    file changes); the what-if is recorded next to the numbers so the log says which model they are.
-    The tree the gate judged is recorded, so `park` can tell whether the patch it saves is that tree.
-    The verdict tag and FINISHED come last, once the numbers are logged: a killed gate leaves a
-    RUNNING run without a verdict (`repair` closes it). ``finish=False``: the caller finishes the run
-    when its effect is durable (admit, in its journal).
-    """
-    from .gate import render
-
-    book = book or ledger.Ledger()
-    if iteration is None:
-        iteration = book.open_iteration()
-    cfg = result.cfg
-    run = book.start_run(ledger.CALIBRATION, run_name(iteration, run_type), run_type=run_type,
-                         params=ledger.provenance(cfg.split, cfg.variants, result.overrides),
-                         tags={**(ledger.iteration_tags(iteration) if iteration else {}),
-                               "whatif": str(bool(result.overrides))})
-    ledger.crash_point(f"{run_type}:created")
-    metrics = {"gate.violations": len(result.violations)}
-    if result.report is not None:
-        metrics |= ledger.aggregate_metrics(result.report.aggregates())
-        metrics |= ledger.group_metrics(result.report.groups())
-    if result.diagnostic is not None:
-        metrics |= ledger.aggregate_metrics(result.diagnostic.aggregates(), prefix=f"{cfg.diagnostic_split}.")
-    book.log(run, metrics=metrics)
-    text = render(result, max_worse=20)
-    if result.report is not None:
-        with tempfile.TemporaryDirectory() as tmp:
-            d = ledger.write_report_artifacts(result.report, Path(tmp), title=f"{run_type} {cfg.split}",
-                                              sections=["## Gate", "", "```", text, "```"])
-            book.log_artifacts(run, d)
-    if iteration is not None and result.report is not None:
-        aggs = {v: {m: now for m, (_, now) in per.items()} for v, per in result.comparison.aggregates.items()} \
-            if result.comparison.aggregates else \
-            {v: a for v, a in result.report.aggregates().items() if v in cfg.gated_variants}
-        whatif = " ".join(f"{k}={v}" for k, v in result.overrides.items())
-        book.log(iteration.info.run_id, metrics=ledger.aggregate_metrics(aggs, prefix="after."),
-                 tags={"last_gate_run": run, "last_gate_status": "pass" if result.passed else "fail",
-                       "last_gate_violations": "\n".join(result.violations), "last_gate_whatif": whatif or "none",
-                       "last_gate_tree": _snapshot_or_none() or "unknown", "last_gate_report": text})
-    book.log(run, tags={"gate": "pass" if result.passed else "fail", "violations": "\n".join(result.violations)})
-    if finish:
-        book.finish(run)
-    return run
-
-
 def run_gate_cmd(args) -> int:
     from .gate import render, run_gate
 
-    _replay()
+    replay_unfinished()
     result = run_gate(root=args.fixtures, overrides=args.set, jobs=args.jobs, split=args.split)
     print(render(result))
     try:
@@ -330,34 +260,16 @@ def run_gate_cmd(args) -> int:
 
 
 # --------------------------------------------------------------------------- iterations
-def _replay(book=None) -> None:
-    """Finish whatever a killed admit / revert / park left half done, before doing anything else."""
-    from .journal import replay
-
-    done = replay(book)
-    if done:
-        print(f"autoresearch: {done}", file=sys.stderr)
-
-
 def _check_change_site(site: str) -> None:
-    from hops.hardware import Catalog
-
-    from .gate import flatten
+    from hops.hardware import Catalog, dotted_items
 
     path = (ledger.REPO / site) if not Path(site).is_absolute() else Path(site)
     if path.exists() or path.parent.is_dir() and path.suffix:
         return
-    if site in flatten(Catalog.load().as_dict()):
+    if site in dotted_items(Catalog.load().as_dict(), keep_empty=False):
         return
     raise HopsError(f"--change-site {site!r} is neither a path in the repo (or a new file in an existing "
                     f"directory) nor a catalog path like stacks.fixture_megatron.k_floor_ms.l4")
-
-
-def _open_refusal(current) -> HopsError:
-    t = current.data.tags
-    return HopsError(f"iteration {t['iteration']} is open ({t.get('hypothesis', '')[:60]!r}); close it first "
-                     f"with `python -m autoresearch admit`, `park`, `revert --reason ...` or "
-                     f"`revert --blocked --reason ...`")
 
 
 def run_propose(args) -> int:
@@ -374,10 +286,10 @@ def run_propose(args) -> int:
     stack.check_size(len(on))
     book = ledger.Ledger()
     with ledger.state_lock():  # numbering and the one-open-iteration rule are decided under one lock
-        _replay(book)
+        replay_unfinished(book)
         current = book.open_iteration()
         if current is not None:
-            raise _open_refusal(current)
+            raise open_refusal(current)
         before = {v: golden["aggregates"][v] for v in cfg.gated_variants if v in golden["aggregates"]}
         if on:
             if not worktree.owns_tree():
@@ -417,35 +329,6 @@ def run_propose(args) -> int:
 
 
 UNFINISHED_PROPOSE = "propose was killed before the baseline was recorded; run propose again"
-
-
-def _record(run, outcome: str, *, after, before=None, regressions=(), worse=(), reason: str = "",
-            prov: dict | None = None, **extra) -> dict:
-    """The durable jsonl record of an iteration closing with `outcome`."""
-    from .research_log import from_run
-    from .validate import _nan_to_none
-
-    rec = from_run(run)
-    t = run.data.tags
-    prov = prov or {"git_commit": ledger.git_commit(), "git_diff_hash": ledger.git_diff_hash(),
-                    "model_fingerprint": ledger.model_fingerprint()}
-    rec.update(outcome=outcome, closed=ledger.now(), reason=reason, after=after, regressions=list(regressions),
-               worse_within_tolerance=list(worse), opened=t.get("opened", ""),
-               **{k: prov[k] for k in ("git_commit", "git_diff_hash", "model_fingerprint")}, **extra)
-    if before is not None:
-        rec["before"] = before
-    return _nan_to_none(rec)
-
-
-def _close_effect(rec: dict, outcome: str, *, artifacts: dict | None = None) -> dict:
-    metrics = ledger.aggregate_metrics(rec.get("before") or {}, prefix="before.")
-    if rec.get("after"):
-        metrics |= ledger.aggregate_metrics(rec["after"], prefix="after.")
-    tags = {"closed": rec["closed"], "reason": rec.get("reason", "")}
-    if rec.get("patch"):
-        tags["patch"] = rec["patch"]
-    return {"kind": "mlflow", "run_id": rec["run_id"], "metrics": metrics, "tags": tags, "outcome": outcome,
-            "status": "FINISHED" if outcome in ledger.LANDED else "KILLED", "artifacts": artifacts or {}}
 
 
 def _require_open(book):
@@ -491,7 +374,7 @@ def run_park(args) -> int:
     cfg = GateConfig.load()
     book = ledger.Ledger()
     with ledger.state_lock():
-        _replay(book)
+        replay_unfinished(book)
         it = _require_open(book)
         t = it.data.tags
         if not t.get("last_gate_run"):
@@ -501,7 +384,7 @@ def run_park(args) -> int:
             raise HopsError(f"the last gate of iteration {t['iteration']} was a what-if (--set "
                             f"{t['last_gate_whatif']}), which a patch cannot hold: edit the presets (with "
                             f"citations) and run `gate` on the tree")
-        if t.get("last_gate_tree") != _snapshot_or_none():
+        if t.get("last_gate_tree") != snapshot_or_none():
             raise HopsError(f"the working tree changed since iteration {t['iteration']}'s last gate: run "
                             f"`python -m autoresearch gate` again, so the parked patch is the tree that was judged")
         from .research_log import from_run
@@ -516,11 +399,11 @@ def run_park(args) -> int:
         stack.check_size(len(_stack_on(it)) + 1)
         effects, extra, note = _patch_effects(it, "parked", args.keep_tree)
         reason = args.reason.strip() or "aggregates improve; fails per-fixture checks (parked for a stack)"
-        rec = _record(it, "parked", after=seen["after"], regressions=seen["regressions"], reason=reason,
-                      stack_on=_stack_on(it), **extra)
+        rec = close_record(it, "parked", after=seen["after"], regressions=seen["regressions"], reason=reason,
+                           stack_on=_stack_on(it), **extra)
         report = t.get("last_gate_report", "")
         transact("park", [*[e for e in effects if e["kind"] == "write"], {"kind": "append", "record": rec},
-                          _close_effect(rec, "parked", artifacts={"gate_report.txt": report} if report else None),
+                          close_effect(rec, "parked", artifacts={"gate_report.txt": report} if report else None),
                           {"kind": "log"}, *[e for e in effects if e["kind"] == "restore"]],
                  summary=f"iteration {t['iteration']} parked", book=book)
     print(f"parked iteration {t['iteration']}: {note}. Commit {extra.get('patch', 'the log')}, "
@@ -536,7 +419,7 @@ def run_admit(args) -> int:
     book = ledger.Ledger()
     cfg = GateConfig.load()
     with ledger.state_lock():
-        _replay(book)
+        replay_unfinished(book)
         if args.bootstrap:
             if golden_path(cfg.split).exists():
                 raise HopsError(f"{golden_path(cfg.split)} exists: --bootstrap only creates the first golden file; "
@@ -614,16 +497,16 @@ def run_admit(args) -> int:
                            "parked_reason": m.record.get("reason", ""), "landed_with": n, "stack": stack_ids,
                            "worse_within_tolerance": [],
                            **{k: prov[k] for k in ("git_commit", "git_diff_hash", "model_fingerprint")}}
-                    effects += [{"kind": "append", "record": rec}, _close_effect(rec, "landed")]
+                    effects += [{"kind": "append", "record": rec}, close_effect(rec, "landed")]
             top = next(((b, a) for m, (b, a) in zip(members, steps) if m.record is None), None)
             before = top[0] if top else steps[-1][1]
-            rec = _record(iteration, "landed", after=new["aggregates"], before=before, worse=worse, prov=prov,
-                          stack=stack_ids, stack_on=_stack_on(iteration),
-                          **({} if top else {"reason": "stack carrier: no change of its own"}))
+            rec = close_record(iteration, "landed", after=new["aggregates"], before=before, worse=worse, prov=prov,
+                               stack=stack_ids, stack_on=_stack_on(iteration),
+                               **({} if top else {"reason": "stack carrier: no change of its own"}))
         else:
             before = {} if args.bootstrap else result.golden["aggregates"]
-            rec = _record(iteration, "landed", after=new["aggregates"], before=before, worse=worse, prov=prov)
-        effects += [{"kind": "append", "record": rec}, _close_effect(rec, "landed"),
+            rec = close_record(iteration, "landed", after=new["aggregates"], before=before, worse=worse, prov=prov)
+        effects += [{"kind": "append", "record": rec}, close_effect(rec, "landed"),
                     {"kind": "mlflow", "run_id": gate_run, "status": "FINISHED"}, {"kind": "log"}]
         transact("admit", effects, summary=f"iteration {n} landed", book=book)
     path = golden_path(cfg.split)
@@ -649,15 +532,15 @@ def run_revert(args) -> int:
         raise HopsError("--reason must not be empty")
     book = ledger.Ledger()
     with ledger.state_lock():
-        _replay(book)
+        replay_unfinished(book)
         iteration = _require_open(book)
         outcome = "blocked" if args.blocked else "reverted"
         effects, extra, note = _patch_effects(iteration, outcome, args.keep_tree)
         seen = from_run(iteration)
-        rec = _record(iteration, outcome, after=seen["after"], regressions=seen["regressions"],
-                      reason=args.reason.strip(), stack_on=_stack_on(iteration), **extra)
+        rec = close_record(iteration, outcome, after=seen["after"], regressions=seen["regressions"],
+                           reason=args.reason.strip(), stack_on=_stack_on(iteration), **extra)
         transact("revert", [*[e for e in effects if e["kind"] == "write"], {"kind": "append", "record": rec},
-                            _close_effect(rec, outcome), {"kind": "log"},
+                            close_effect(rec, outcome), {"kind": "log"},
                             *[e for e in effects if e["kind"] == "restore"]],
                  summary=f"iteration {iteration.data.tags['iteration']} {outcome}", book=book)
     below = _stack_on(iteration)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from hops.compute import stage_layers
 from hops.errors import HopsError
-from hops.hardware import Catalog
+from hops.hardware import Catalog, dotted_items
 
 from . import fit as phase_fit
 from .fixtures import Fixture, list_fixtures, resolve_root
@@ -149,7 +149,6 @@ def crossval(by: str, *, space: str = "sum_model", root=None, jobs: int = 1, pro
     """Leave each group of `by` out of the fit, refit `space` on the rest, score the group (module docstring)."""
     from hops.progress import Progress
 
-    from .gate import flatten
     from .validate import validate
 
     if by not in BY:  # before any fixture is read
@@ -158,7 +157,7 @@ def crossval(by: str, *, space: str = "sum_model", root=None, jobs: int = 1, pro
     fixtures = list_fixtures(resolve_root(root), SPLIT)
     data = phase_fit.stage_phases(fixtures)
     groups = groups_by(by, fixtures, data)
-    committed = flatten(Catalog.load().as_dict())
+    committed = dotted_items(Catalog.load().as_dict(), keep_empty=False)
     bar = Progress(total=len(groups) + 1, desc=f"crossval {by}", unit="fold", enabled=progress)
     try:
         all_train = phase_fit.fit(data, params, starts=starts, seed=seed)

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from hops.errors import HopsError
-from hops.hardware import Catalog
+from hops.hardware import Catalog, dotted_items
 from hops.traces.guard import check_split
 
 from . import ledger, state
@@ -165,18 +165,9 @@ def model_change(golden: dict | None) -> list[str]:
 
 
 # --------------------------------------------------------------------------- citations
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        out = {}
-        for k, v in tree.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: tree}
-
-
 def catalog_changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     """(dotted path, golden value, current value) for every leaf added or changed; removals carry new=None."""
-    a, b = flatten(old), flatten(new)
+    a, b = dotted_items(old, keep_empty=False), dotted_items(new, keep_empty=False)
     return [(p, a.get(p), b.get(p)) for p in sorted(set(a) | set(b)) if not _same(a.get(p), b.get(p))]
 
 

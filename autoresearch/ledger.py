@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from filelock import FileLock, Timeout
+
 from hops.errors import HopsError
 from hops import provenance as model_provenance
 
@@ -138,21 +140,6 @@ def retry(fn: Callable, *args, attempts: int = 12, **kwargs):
             time.sleep(min(0.05 * 2 ** k, 4.0) * (0.5 + random.random()))
 
 
-@contextlib.contextmanager
-def locked_append(path: Path):
-    """An append handle held under an exclusive flock (the file itself is the lock)."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield fh
-        finally:
-            fh.flush()
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 # --------------------------------------------------------------------------- kill safety
 WRITER = "writer"  # host:pid of the process that created a run
 
@@ -201,51 +188,36 @@ def atomic_write(path: Path, text: str) -> Path:
     return path
 
 
-_LOCK_DEPTH = [0]
+STATE_LOCK = ".state.lock"  # in the state directory; .gitignore keeps it out of diffs and git_diff_hash
 
 
 @contextlib.contextmanager
 def state_lock(timeout_s: float = 600.0):
     """Exclusive lock over the calibration state (numbering, the one-open-iteration rule, every state write).
 
-    flock on the state directory itself (no lock file to commit) and, for a sqlite ledger, on a lock file
-    beside the database, so two state dirs sharing one ledger are serialised too. Re-entrant per process.
-    A tracking server shared by several machines is not covered: one machine's lock cannot see another's.
+    A lock file in the state directory and, for a sqlite ledger, one beside the database, so two state
+    dirs sharing one ledger are serialised too. OS locks (filelock: flock on POSIX), so a killed holder
+    never leaves the state locked. Re-entrant per process (one lock object per file, its count shared by
+    threads). A tracking server shared by several machines is not covered: one machine's lock cannot see
+    another's.
     """
-    import fcntl
-
-    if _LOCK_DEPTH[0]:
-        _LOCK_DEPTH[0] += 1
-        try:
-            yield
-        finally:
-            _LOCK_DEPTH[0] -= 1
-        return
     d = state_dir()
     d.mkdir(parents=True, exist_ok=True)
-    fds = [os.open(d, os.O_RDONLY)]
+    paths = [d / STATE_LOCK]
     db = _sqlite_path(tracking_uri())
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-        fds.append(os.open(db.with_name(db.name + ".state.lock"), os.O_RDWR | os.O_CREAT, 0o644))
-    try:
-        deadline = time.monotonic() + timeout_s
-        for fd in fds:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LedgerError(f"the calibration state under {d} stayed locked for {timeout_s:.0f} s "
-                                          f"(another autoresearch command is running)") from None
-                    time.sleep(0.05 + 0.05 * random.random())
-        _LOCK_DEPTH[0] = 1
+        paths.append(db.with_name(db.name + ".state.lock"))
+    deadline = time.monotonic() + timeout_s
+    with contextlib.ExitStack() as held:
+        for path in paths:
+            lock = FileLock(path, is_singleton=True, thread_local=False)
+            try:
+                held.enter_context(lock.acquire(timeout=max(0.0, deadline - time.monotonic())))
+            except Timeout:
+                raise LedgerError(f"the calibration state under {d} stayed locked for {timeout_s:.0f} s "
+                                  f"(another autoresearch command is running)") from None
         yield
-    finally:
-        _LOCK_DEPTH[0] = 0
-        for fd in fds:
-            os.close(fd)  # closing releases the flock
 
 
 # --------------------------------------------------------------------------- metrics
@@ -284,7 +256,7 @@ class Ledger:
         if ready is None or (ready.exists() and db.exists()):
             self.client = retry(MlflowClient, self.uri)
         else:
-            with locked_append(db.with_name(db.name + ".init.lock")):  # first client migrates the schema
+            with FileLock(db.with_name(db.name + ".init.lock")):  # first client migrates the schema
                 self.client = retry(MlflowClient, self.uri)
                 retry(self.client.search_experiments, max_results=1)
                 ready.touch()

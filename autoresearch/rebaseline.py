@@ -116,12 +116,12 @@ def start(args) -> int:
                         f"({ledger.state_dir()}) is not in this repository; unset HOPS_AUTORESEARCH_STATE")
     book = ledger.Ledger()
     with ledger.state_lock():
-        from .commands import _open_refusal, _replay
+        from .iteration_runs import open_refusal, replay_unfinished
 
-        _replay(book)
+        replay_unfinished(book)
         current = book.open_iteration()
         if current is not None:
-            raise _open_refusal(current)
+            raise open_refusal(current)
         if worktree.snapshot() != worktree.head_tree():
             raise HopsError("rebaseline applies the members' patches to the working tree, which has uncommitted "
                             "changes: commit or stash them first")
@@ -142,7 +142,7 @@ def start(args) -> int:
 
 def judge(args) -> int:
     """In the fresh interpreter: gate v3 on train, archive and diagnostic against HEAD, then land or refuse."""
-    from .commands import _close_effect, _record, _replay, log_gate
+    from .iteration_runs import close_effect, close_record, log_gate, replay_unfinished
     from .gate import build_golden, golden_text, render, run_gate
     from .journal import run as transact
     from .validate import validate
@@ -152,7 +152,7 @@ def judge(args) -> int:
     explain = parse_explanations(args.explain)
     book = ledger.Ledger()
     with ledger.state_lock():
-        _replay(book)
+        replay_unfinished(book)
         if worktree.snapshot() != tree:
             raise HopsError("the working tree changed while the re-baseline was being judged; start again")
         records = {n: member_record(n) for n in ons}
@@ -205,11 +205,11 @@ def judge(args) -> int:
                    "reason": f"landed by the re-baseline of iteration {n}: {reason}",
                    "previous_outcome": records[k].get("outcome"), "landed_with": n, "stack": ons,
                    **{key: prov[key] for key in ("git_commit", "git_diff_hash", "model_fingerprint")}}
-            effects += [{"kind": "append", "record": rec}, _close_effect(rec, "rebaselined")]
-        rec = _record(iteration, "rebaselined", after=new["aggregates"], before=train_before, prov=prov,
-                      regressions=explained, reason=reason, stack=ons,
-                      splits={s: {"before": before[s], "after": after[s]} for s in before}, noise_floor=floor)
-        effects += [{"kind": "append", "record": rec}, _close_effect(rec, "rebaselined"), {"kind": "log"}]
+            effects += [{"kind": "append", "record": rec}, close_effect(rec, "rebaselined")]
+        rec = close_record(iteration, "rebaselined", after=new["aggregates"], before=train_before, prov=prov,
+                           regressions=explained, reason=reason, stack=ons,
+                           splits={s: {"before": before[s], "after": after[s]} for s in before}, noise_floor=floor)
+        effects += [{"kind": "append", "record": rec}, close_effect(rec, "rebaselined"), {"kind": "log"}]
         transact("rebaseline", effects, summary=f"iteration {n} re-baselined", book=book)
     print(f"re-baselined as iteration {n}: {ledger.state_dir() / 'golden' / (cfg.split + '.json')} rewritten; "
           f"{ledger.iterations_path().name} and LOG.md updated. Commit them with the tree.")

@@ -23,12 +23,11 @@ from pathlib import Path
 import yaml
 
 from hops.errors import HopsError
-from hops.hardware import Catalog
+from hops.hardware import Catalog, dotted_items
 from hops.tracking import redact  # storage URLs may carry a password; it must not reach the ledger
 from hops.traces.guard import check_split
 
 from . import ledger, state
-from .gate import flatten
 
 SPACE_PATH = ledger.PACKAGE / "search_space.yaml"  # the shipped allowlist; a state dir may hold its own
 FIT_SPLIT = "train"
@@ -74,7 +73,7 @@ def load_allowlist(path: Path | None = None) -> tuple[dict, dict[str, list[Param
         doc = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise SearchError(f"{path}: cannot read the allowlist ({exc})") from None
-    leaves = flatten(Catalog.load().as_dict())
+    leaves = dotted_items(Catalog.load().as_dict(), keep_empty=False)
     weights = {k: float(v) for k, v in (doc.get("objective") or {"mape": 1.0, "bubble_mae_pp": 1.0}).items()}
     spaces: dict[str, list[Param]] = {}
     for space, entries in (doc.get("spaces") or {}).items():
@@ -169,7 +168,7 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
         raise SearchError(f"study {study_name!r} searches {study.user_attrs['paths']}, not this selection; "
                           f"pass a different --study")
     study.set_user_attr("paths", [p.path for p in params])
-    current = flatten(Catalog.load().as_dict())
+    current = dotted_items(Catalog.load().as_dict(), keep_empty=False)
     if not study.trials and all(p.low <= current[p.path] <= p.high for p in params):
         study.enqueue_trial({p.path: float(current[p.path]) for p in params}, user_attrs={"baseline": True})
 
@@ -311,7 +310,7 @@ def render(r: SearchResult) -> str:
     b = r.best
     lines.append(f"best trial {b['number']}: objective {b['value']:.3f} (MAPE {b['mape']:.2f}%, bubble MAE "
                  f"{b['bubble_mae_pp']:.2f} pp)")
-    current = flatten(Catalog.load().as_dict())
+    current = dotted_items(Catalog.load().as_dict(), keep_empty=False)
     for p in r.params:
         lines.append(f"  {p.path} = {b['values'][p.path]:.6g} (now {current[p.path]}, bounds [{p.low:g}, {p.high:g}])")
     lines += ["This is a proposal only: nothing was written. To land it, as any change:",

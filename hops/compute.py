@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .scenario import Distribution, Scenario
+from .scenario_types import Distribution, Scenario
 
 
 @dataclass(frozen=True)

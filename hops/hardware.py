@@ -165,6 +165,25 @@ def _set_dotted(data: dict, path: str, value: Any) -> None:
     node[leaf] = value
 
 
+def dotted_items(tree: Any, *, keep_empty: bool = True) -> dict[str, Any]:
+    """Nested mappings as one level of dotted keys (`a.b.c`), the paths Catalog.load's overrides name.
+
+    Lists and scalars are leaves. An empty mapping is a leaf too (a config flattened into MLflow
+    params shows it), unless ``keep_empty`` is False (a catalog compared leaf by leaf has none there).
+    """
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict) and v:
+            for k, x in v.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), x)
+        elif prefix and (keep_empty or not isinstance(v, dict)):
+            flat[prefix] = v
+
+    walk("", tree)
+    return flat
+
+
 # Bounds every catalog value must meet, preset or override: finite, >= 0, and > 0 where the
 # model divides by it or a zero means "no hardware" (k_floor_ms=-5 or bandwidth_gbps=0 would
 # otherwise divide by zero or simulate negative time).

@@ -11,7 +11,7 @@ import math
 
 from .compute import ComputeModel
 from .hardware import Catalog, Topology
-from .scenario import derived_compute
+from .scenario_types import derived_compute
 from .schedulers import resolve_scheduler
 
 

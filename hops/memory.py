@@ -9,7 +9,7 @@ from . import outputs
 from .architecture import vocab_matrices
 from .compute import stage_layers
 from .hardware import Catalog, Topology
-from .scenario import Scenario
+from .scenario_types import Scenario
 
 
 def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float,

@@ -51,6 +51,21 @@ def schedule_text(summary: dict) -> str:
     return sched if not eff or eff == own_name else f"{sched} (chose {eff})"
 
 
+def slowest_stage(summary: dict) -> dict | None:
+    """The stage with the longest expected forward + backward per microbatch."""
+    stages = summary.get("stages") or []
+    if not stages:
+        return None
+
+    def per_mb(st):
+        e = st["expected_ms"]
+        return e["F"] + (e.get("BW") or e.get("B", 0.0) + e.get("W", 0.0))
+
+    worst = max(stages, key=per_mb)
+    util = (summary.get("utilization") or {}).get("per_stage", {}).get(str(worst["stage"]))
+    return {**worst, "per_microbatch_ms": per_mb(worst), "utilization": util}
+
+
 def scenario_label(summary: dict) -> str | None:
     """The scenario's name as summary.json records it (name, else the file's name)."""
     prov = summary.get("provenance") or {}

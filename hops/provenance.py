@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository (or install) root h
 
 MODEL_FILES = (
     "hops/api.py", "hops/architecture.py", "hops/backward_split.py", "hops/collectives.py", "hops/compute.py", "hops/engine.py", "hops/engine_core.py",
-    "hops/hardware.py", "hops/layer_split.py", "hops/memory.py", "hops/metrics.py", "hops/scenario.py", "hops/timeline.py",
+    "hops/hardware.py", "hops/layer_split.py", "hops/memory.py", "hops/metrics.py", "hops/scenario.py", "hops/scenario_types.py",
+    "hops/timeline.py",
     "hops/failures/*.py", "hops/schedulers/*.py", "hops/traces/*.py", "hops/schema/*.py",
     "hops/presets/*.yaml",
     # scoring: how a trace and a simulation become the compared numbers (absent in a bare hops install)

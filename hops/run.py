@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import HopsError
-from .outputs import schedule_text
+from .errors import EXIT_USER_ERROR, HopsError
+from .outputs import schedule_text, slowest_stage
 from .progress import Progress
 
 
@@ -42,7 +42,6 @@ GROUP_SECTIONS = SECTIONS[:-1]  # config groups; `overrides` is a plain key of c
 # `catalog.x.y=v` is passed to Hydra as `++catalog.x.y=v`, so no `+` is needed to add a key.
 # Their keys are validated by hops itself (Catalog.load / the scenario parser).
 OPEN_PREFIXES = ("catalog.", "overrides.", "failure.")
-EXIT_USER_ERROR = 2
 ERROR_FILE = "error.txt"  # a sweep job's user error, read by hops.sweep
 _USER_FULL_ERROR = False  # the user's HYDRA_FULL_ERROR=1 (main() sets the variable for its own use)
 
@@ -213,23 +212,10 @@ def catalog_overrides(cfg) -> dict[str, Any]:
     """The run's `catalog.*` mapping flattened to the dotted paths Catalog.load takes."""
     from omegaconf import OmegaConf
 
+    from .hardware import dotted_items
+
     node = cfg.get("catalog")
     return dotted_items(OmegaConf.to_container(node, resolve=True) if node is not None else {})
-
-
-def dotted_items(value: Any) -> dict[str, Any]:
-    """Nested mappings as one level of dotted keys (`a.b.c`); lists, scalars and empty mappings are leaves."""
-    flat: dict[str, Any] = {}
-
-    def walk(prefix: str, v: Any) -> None:
-        if isinstance(v, dict) and v:
-            for k, x in v.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), x)
-        elif prefix:
-            flat[prefix] = v
-
-    walk("", value)
-    return flat
 
 
 def load_catalog(cfg):
@@ -335,21 +321,6 @@ def _idle_split(s: dict) -> str:
     if not idle:
         return ""
     return f" (pipeline {100 * idle['pipeline']:.1f} + iteration end {100 * idle['iteration_end']:.1f})"
-
-
-def slowest_stage(summary: dict) -> dict | None:
-    """The stage with the longest expected forward + backward per microbatch."""
-    stages = summary.get("stages") or []
-    if not stages:
-        return None
-
-    def per_mb(st):
-        e = st["expected_ms"]
-        return e["F"] + (e.get("BW") or e.get("B", 0.0) + e.get("W", 0.0))
-
-    worst = max(stages, key=per_mb)
-    util = (summary.get("utilization") or {}).get("per_stage", {}).get(str(worst["stage"]))
-    return {**worst, "per_microbatch_ms": per_mb(worst), "utilization": util}
 
 
 COMPACT_DEVICES = 8  # above this many devices the memory line is a digest, not a list

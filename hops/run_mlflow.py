@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .run import dotted_items
+from .hardware import dotted_items
 from .sweep import _job_num, headline, job_dirs
 from .tracking import TrackingServerError
 

@@ -1,4 +1,4 @@
-"""Scenario: the typed, validated form of a six-section HOPS YAML document.
+"""Loading a scenario: a six-section HOPS YAML document becomes the typed Scenario (hops.scenario_types).
 
 Everything a simulation needs is checked here, up front, so that a user mistake
 surfaces as one ScenarioError naming the field path (``pipeline.stages[2].device``)
@@ -11,128 +11,18 @@ scenarios of the original simulator are translated first (hops.schema.legacy).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from .architecture import Architecture, vocab_matrices
 from .errors import ScenarioError, echo
-from .schema.scenario import DEFAULT_STACK
+from .scenario_types import DeviceSpec, Distribution, LinkOverride, Scenario, Stage, StageCompute, derived_compute
 
 SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
 REQUIRED_SECTIONS = ("simulation", "pipeline", "hardware")
 # A run is refused up front above this many stage-microbatch tasks (batches x microbatches
 # x stages): PP64 x 1024 x 4 iterations (16.8 M) takes about a minute end to end.
 MAX_STAGE_TASKS = 50_000_000
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """A latency distribution in ms. `pareto` is the heavy-tailed one (shape > 1 keeps the mean finite)."""
-
-    kind: str
-    params: Mapping[str, float]
-
-    @property
-    def mean_ms(self) -> float:
-        return float(self.params["ms"] if self.kind == "constant" else self.params["mean_ms"])
-
-
-@dataclass(frozen=True)
-class StageCompute:
-    mode: str  # analytical | distribution
-    tflop: float = 0.0
-    memory_mb: float = 0.0
-    forward: Distribution | None = None
-    backward: Distribution | None = None
-    backward_b: Distribution | None = None
-    backward_w: Distribution | None = None
-    attention_tflop: float = 0.0  # the attention core's, apart from tflop: stages derived from the architecture
-
-
-@dataclass(frozen=True)
-class Stage:
-    device: str
-    weights_mb: float
-    compute: StageCompute
-    layers: float | None = None
-    activation_memory_mb: float | None = None
-    compute_jitter: float | None = None  # None: pipeline.compute_jitter
-    weights_derived: bool = False  # weights_mb came from the architecture (it follows the schedule's placement)
-    group: tuple[str, ...] = ()  # the tensor-parallel group (device first); () = device alone
-
-    @property
-    def tp(self) -> int:
-        """Tensor-parallel size: the GPUs that split this stage's layers (1 for a `device:` stage)."""
-        return max(len(self.group), 1)
-
-    @property
-    def gpus(self) -> tuple[str, ...]:
-        return self.group or (self.device,)
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    id: str
-    gpu: str
-    node: str
-    socket: int = 0
-    host: str | None = None  # a host preset; None: no host caps
-
-
-@dataclass(frozen=True)
-class LinkOverride:
-    src: str
-    dst: str
-    values: Mapping[str, float]
-
-
-@dataclass(frozen=True)
-class Scenario:
-    batches: int
-    microbatches: int
-    seed: int
-    micro_batch_size: int
-    schedule: str
-    scheduler_options: Mapping[str, Any]
-    precision: str
-    backward_factor: float
-    backward_split: bool
-    activation_grad_fraction: float
-    hidden_dim: int | None
-    seq_len: int | None
-    vocab_size: int | None
-    tied_embeddings: bool | None  # None: the model constant decides
-    activation_mb: float | None
-    compute_jitter: float
-    host_overhead: Distribution | None
-    stages: tuple[Stage, ...]
-    devices: tuple[DeviceSpec, ...]
-    same_node: str | None
-    cross_node: str | None
-    links: tuple[LinkOverride, ...]  # explicit links (type preset) and measured overrides
-    device_overrides: Mapping[str, Mapping[str, float]]
-    optimizer_enabled: bool
-    optimizer_step_ms: tuple[float, ...] | None  # per stage
-    dp_degree: int
-    dp_algorithm: str
-    dp_interconnect: str | None
-    dp_sharding: str  # none | zero1 | fsdp (optimizer.data_parallel.sharding)
-    failure: Any
-    output: Mapping[str, Any]
-    raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
-    notes: tuple[str, ...] = ()  # one line per legacy field HOPS models differently
-    virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B's v); the schedule places them
-    post_validation: bool = False  # optimizer post-validation (ZB paper): no barrier between iterations
-    stack: str = DEFAULT_STACK  # the training-stack preset
-    architecture: Architecture | None = None  # the model's shape, when pipeline.model gives heads
-
-    @property
-    def n_stages(self) -> int:
-        return len(self.stages)
-
-    def device(self, device_id: str) -> DeviceSpec:
-        return next(d for d in self.devices if d.id == device_id)
 
 
 # --------------------------------------------------------------------------- loading
@@ -439,11 +329,6 @@ def _check_layers(pipe, arch, src) -> bool:
         _fail("pipeline.stages", f"layers add up to {sum(given):g}; expected pipeline.model.layers = "
                                  f"{pipe.model.layers}", src)
     return False
-
-
-def derived_compute(arch: Architecture, layers: float, micro_batch: int) -> StageCompute:
-    tflop, attention, memory = arch.stage_work(layers, micro_batch)
-    return StageCompute("analytical", tflop=tflop, memory_mb=memory, attention_tflop=attention)
 
 
 def _dist(d) -> Distribution | None:

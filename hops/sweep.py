@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from .errors import HopsError
+from .outputs import slowest_stage
 
 try:  # the callback base class; the table writer itself works without Hydra
     from hydra.experimental.callback import Callback
@@ -169,8 +170,6 @@ def _job_num(job_dir: Path) -> int | None:
 
 def headline(summary: dict) -> dict:
     """The metrics a sweep is compared on, flat, from one summary.json."""
-    from .run import slowest_stage  # light: run.py imports Hydra only inside functions
-
     tp = summary.get("throughput", {})
     lat = summary.get("latency_ms", {})
     peak = summary.get("peak_memory_mb") or {}

@@ -61,7 +61,9 @@ from typing import Callable, Sequence
 from ..errors import ScenarioError
 from .base import (PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, device_maps, whole_option,
                    next_in_device_order)
+from .classic import GPipe, OneFOneB
 from .zb_v import list_schedule, v_placement
+from .zero_bubble import ZBH1, ZBH2
 
 _F, _B, _W, _BW = 0, 1, 2, 3
 _CACHE: dict[tuple, "Plan"] = {}
@@ -288,11 +290,14 @@ def greedy_policy(m: int, caps: Sequence[int], head: Sequence[int], tail: Sequen
     return choose
 
 
+# The static built-ins the search replays as baselines (imported here, not looked up in the
+# registry: the registry in schedulers/__init__ imports this module).
+_STATIC_BUILTINS = {cls.name: cls for cls in (OneFOneB, GPipe, ZBH1, ZBH2)}
+
+
 def builtin_orders(name: str, p: int, m: int) -> list[list[Task]]:
     """A built-in static schedule's per-stage orders, from the built-in itself (one definition)."""
-    from . import resolve_scheduler
-
-    cls = resolve_scheduler(name)
+    cls = _STATIC_BUILTINS[name]
     return [cls().stage_order(s, p, m) for s in range(p)]
 
 
@@ -309,7 +314,7 @@ def peak_in_flight(order: Sequence[Task]) -> int:
 
 
 # --------------------------------------------------------------------------- search
-BASELINES = ("1f1b", "gpipe", "zb_h1", "zb_h2")
+BASELINES = tuple(_STATIC_BUILTINS)
 
 
 def search(meta: PipelineMeta, caps: Sequence[int], max_passes: int = 2, budget: float = 2e5,
