@@ -56,9 +56,10 @@ imports it), and the dataclasses hops creates at import (~15 ms); quiet-box esti
 `python -X importtime` and step timings, not from this script.
 PP64 x 1024 x 4 re-measured the same day (full run, --repeats 3, load 7.5-11; wall 3x CPU):
 simulate 12.78 s [4.26 s]; hops.run end to end plots off 2.26x [1.91x], with
-trace.json.gz 2.43x [2.04x], plots on 3.89x [3.72x]. Plots miss the 2x target: drawing
-timeline.png costs 0.70x and dashboard.png 0.41x of the simulation (in process, warm), and
-a fresh process also imports matplotlib (~1 s CPU at that load).
+trace.json.gz 2.43x [2.04x], plots on 3.89x [3.72x]; then `--no-plots` (load 4-8): simulate
+10.38 s [4.70 s], plots off 1.10x [1.52x], with trace.json.gz 1.67x [1.78x]. Plots miss
+the 2x target: drawing timeline.png costs 0.70x and dashboard.png 0.41x of the simulation
+(in process, warm), and a fresh process also imports matplotlib (~1 s CPU at that load).
 """
 from __future__ import annotations
 
