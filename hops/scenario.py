@@ -190,11 +190,11 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                                                           "jitter", src)
             links.append(LinkOverride(ln.src, ln.dst, values))
 
-    dev_over = {}
+    dev_over = {}  # iterating a flat section gives model_dump()'s items without building its serializer
     for dev, values in m.overrides.devices.items():
         if dev not in device_ids:
             _fail(f"overrides.devices.{dev}", f"unknown device; expected one of {known}", src)
-        dev_over[dev] = {k: v for k, v in values.model_dump().items() if v is not None}
+        dev_over[dev] = {k: v for k, v in values if v is not None}
 
     step = opt.step_ms
     if isinstance(step, tuple):
@@ -214,7 +214,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     out = m.output
     output = {"dir": out.dir, "plots": out.plots, "events": out.events, "chrome_trace": out.chrome_trace,
               "chrome_trace_gz": out.chrome_trace_gz, "mlflow": out.mlflow,
-              "paths": {k: v for k, v in out.paths.model_dump().items() if v is not None}}
+              "paths": {k: v for k, v in out.paths if v is not None}}
     split, model = pipe.backward_split, pipe.model
     scenario = Scenario(
         batches=m.simulation.batches, microbatches=m.simulation.microbatches, seed=m.simulation.seed,

@@ -125,3 +125,44 @@ def test_same_and_cross_node_links_come_from_node_labels():
     r = hops.simulate(sc)
     kinds = {lp.name: lp.kind for lp in r.extras["links"]}
     assert kinds["g0->g1"] == "nvlink" and kinds["g1->g2"] == "infiniband"
+
+
+def test_an_absent_null_or_empty_section_is_that_section_with_its_defaults():
+    from hops.schema import validate
+
+    sc = pipeline(2, 2)
+    for key in ("optimizer", "failure", "output", "overrides"):
+        del sc[key]
+    del sc["hardware"]["interconnect"]
+    absent = validate(sc)
+    for key in ("optimizer", "output", "overrides"):
+        null, empty = validate({**sc, key: None}), validate({**sc, key: {}})
+        assert getattr(null, key) == getattr(absent, key) == getattr(empty, key)
+    assert absent.optimizer.data_parallel.degree == 1 and absent.optimizer.data_parallel.algorithm == "ring"
+    assert absent.output.plots is True and absent.output.paths.summary is None and absent.overrides.links == []
+    assert absent.pipeline.backward_split.enabled is False and absent.pipeline.model.heads is None
+    assert absent.hardware.interconnect.same_node is None
+    failure = validate({**sc, "failure": {}}).failure
+    assert failure.devices.per_node == 8 and failure.planned.count is None
+    assert failure.links.repair_minutes == 30.0 and failure.links.degradation.bandwidth_factor == 0.5
+    assert failure.stragglers.drawn.factor_range == (1.05, 1.3) and failure.stragglers.throttling.factor == 1.5
+    assert failure.checkpoint.interval_minutes == 60.0
+
+
+def test_a_first_simulate_compiles_one_validator_for_the_whole_document():
+    """Defaults of nested sections are validated inside the document's validator: pydantic
+    compiles no validator or serializer per section class (each cost a process's first run
+    a few ms). A check of what is built, not a timing: benchmarks/run_bench.py times it."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import hops, json, pydantic, hops.schema.scenario as s, hops.schema.failure as f\n"
+            "from builders import pipeline\n"
+            "sc = pipeline(2, 2); sc['failure'] = {'enabled': True}; hops.simulate(sc)\n"
+            "models = [c for mod in (s, f) for c in vars(mod).values() if isinstance(c, type)"
+            " and issubclass(c, pydantic.BaseModel) and c.__module__ == mod.__name__]\n"
+            "print(json.dumps(sorted(c.__name__ for c in models if c.__pydantic_complete__)))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == ["ScenarioModel"]

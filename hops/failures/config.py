@@ -175,10 +175,11 @@ def from_model(m) -> FailureConfig:
                                    repair_minutes=x.repair_minutes) for x in m.components),
         planned=Planned(count=m.planned.count, interval_hours=m.planned.interval_hours,
                         extra_minutes=m.planned.extra_minutes),
+        # dict(section) is a flat section's model_dump() without building a serializer for its class
         links=Links(count=ln.count, mtbf_hours=ln.mtbf_hours, repair_minutes=ln.repair_minutes,
-                    degradation=Degradation(**ln.degradation.model_dump())),
+                    degradation=Degradation(**dict(ln.degradation))),
         stragglers=Stragglers(fixed=MappingProxyType({str(k): float(v) for k, v in s.fixed.items()}),
                               probability=s.drawn.probability, factor_range=tuple(s.drawn.factor_range),
-                              throttling=Throttling(**s.throttling.model_dump())),
-        checkpoint=Checkpoint(**c.model_dump()),
+                              throttling=Throttling(**dict(s.throttling))),
+        checkpoint=Checkpoint(**dict(c)),
     )

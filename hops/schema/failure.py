@@ -9,7 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from ..errors import echo
 from .fields import (MAX_COUNT, MAX_HORIZON_HOURS, Bool, DictOf, Int, ListOf, Num, Section, Str, check_number,
-                     fail, show)
+                     fail, section_defaults, show)
 
 DISTRIBUTIONS = ("exponential", "weibull")
 UNITS = ("gpu", "node", "link", "job")
@@ -99,7 +99,7 @@ class LinksModel(Section):
     count: Int(ge=1, cap=MAX_COUNT) | None = None
     mtbf_hours: Num(gt=0) | None = None
     repair_minutes: Num(ge=0) = 30.0
-    degradation: DegradationModel = Field(default_factory=DegradationModel)
+    degradation: DegradationModel = section_defaults()
 
 
 def _pair(v: Any):
@@ -128,8 +128,8 @@ class ThrottlingModel(Section):
 
 class StragglersModel(Section):
     fixed: DictOf(Num(ge=1)) = Field(default_factory=dict)
-    drawn: DrawnModel = Field(default_factory=DrawnModel)
-    throttling: ThrottlingModel = Field(default_factory=ThrottlingModel)
+    drawn: DrawnModel = section_defaults()
+    throttling: ThrottlingModel = section_defaults()
 
 
 class CheckpointModel(Section):
@@ -147,12 +147,12 @@ class FailureModel(Section):
 
     enabled: Bool = True
     horizon_hours: Num(gt=0, cap=MAX_HORIZON_HOURS) = 168.0
-    devices: DevicesModel = Field(default_factory=DevicesModel)
+    devices: DevicesModel = section_defaults()
     components: ListOf(ComponentModel) = Field(default_factory=list)
-    planned: PlannedModel = Field(default_factory=PlannedModel)
-    links: LinksModel = Field(default_factory=LinksModel)
-    stragglers: StragglersModel = Field(default_factory=StragglersModel)
-    checkpoint: CheckpointModel = Field(default_factory=CheckpointModel)
+    planned: PlannedModel = section_defaults()
+    links: LinksModel = section_defaults()
+    stragglers: StragglersModel = section_defaults()
+    checkpoint: CheckpointModel = section_defaults()
 
     @model_validator(mode="after")
     def _unique_names(self):

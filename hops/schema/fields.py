@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from ..errors import ECHO_CHARS, echo
@@ -167,6 +167,17 @@ class Section(BaseModel):
     @classmethod
     def _closed_mapping(cls, data: Any):
         return closed_mapping(data, cls.model_fields)
+
+
+def section_defaults():
+    """The default of a sub-section that may be left out: `{}`, validated by the enclosing model.
+
+    A default_factory of the section's class would instantiate it on its own, so pydantic
+    would compile a validator for each such class at a process's first run (with
+    `defer_build`) on top of the document's, which already holds them; this default is
+    validated inside the document's validator. The published JSON Schema is the same.
+    """
+    return Field(default_factory=dict, validate_default=True)
 
 
 def closed_mapping(data: Any, known) -> dict:

@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 from ..errors import echo
 from .failure import FailureModel
 from .fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, DictOf, Int, ListOf, Num,
-                     Section, Str, check_number, closed_mapping, fail, show)
+                     Section, Str, check_number, closed_mapping, fail, section_defaults, show)
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 SHARDINGS = ("none", "zero1", "fsdp")
@@ -193,8 +193,8 @@ class PipelineModel(Section):
     scheduler_options: DictOf(Any) = Field(default_factory=dict)
     precision: Str(PRECISIONS) = "bf16"
     backward_factor: Num(gt=0) = 2.0
-    backward_split: BackwardSplitModel = Field(default_factory=BackwardSplitModel)
-    model: ModelShape = Field(default_factory=ModelShape)
+    backward_split: BackwardSplitModel = section_defaults()
+    model: ModelShape = section_defaults()
     stack: Str(description="a training-stack preset (hops/presets/stacks.yaml)") = DEFAULT_STACK
     stages: Annotated[ListOf(StageModel), _nonempty("stages")]
     activation_mb: Num(gt=0) | None = None
@@ -228,7 +228,7 @@ class HardwareLinkModel(Section):
 class HardwareModel(Section):
     host: Str(description="the host preset of every device that names none (hops/presets/hosts.yaml)") | None = None
     devices: Annotated[ListOf(DeviceModel), _nonempty("devices")]
-    interconnect: InterconnectModel = Field(default_factory=InterconnectModel)
+    interconnect: InterconnectModel = section_defaults()
     links: ListOf(HardwareLinkModel) = Field(default_factory=list)
 
 
@@ -265,7 +265,7 @@ class OptimizerModel(Section):
     post_validation: Bool = Field(False, description="the Zero Bubble paper's optimizer post-validation: each "
                                   "stage steps without the cross-stage barrier, so iterations overlap; honoured by "
                                   "zb_h1, zb_h2, zb_v and zero_bubble")
-    data_parallel: DataParallelModel = Field(default_factory=DataParallelModel)
+    data_parallel: DataParallelModel = section_defaults()
 
 
 def _relative_path(v: Any):
@@ -296,7 +296,7 @@ class OutputModel(Section):
     chrome_trace: Bool = True
     chrome_trace_gz: Bool = False  # write trace.json.gz instead (Perfetto opens it)
     mlflow: Bool = False  # log the run (or each sweep job) to MLflow; acted on by the run app only
-    paths: OutputPathsModel = Field(default_factory=OutputPathsModel)
+    paths: OutputPathsModel = section_defaults()
 
 
 class DeviceOverrideModel(Section):
@@ -331,7 +331,7 @@ class ScenarioModel(Section):
     simulation: SimulationModel
     pipeline: PipelineModel
     hardware: HardwareModel
-    optimizer: OptimizerModel = Field(default_factory=OptimizerModel)
+    optimizer: OptimizerModel = section_defaults()
     failure: FailureModel | None = None
-    output: OutputModel = Field(default_factory=OutputModel)
-    overrides: OverridesModel = Field(default_factory=OverridesModel)
+    output: OutputModel = section_defaults()
+    overrides: OverridesModel = section_defaults()
