@@ -17,6 +17,9 @@ Each generated block in README.md sits between ``<!-- generated: NAME -->`` and
   fingerprint it measured; a stale one (the model changed since) stops this script with the
   command to rerun.
 - ``literature``: the published-vs-predicted table of ``python -m experiments.literature``.
+- ``study``: the scheduling study's targets, runtime and provenance, from the
+  experiments/hetero_scheduler/results_full.json that ``python -m experiments.hetero_scheduler``
+  writes (about 20 minutes on 2 cores, so the README quotes its committed output).
 
 The timeline image is rendered from the same default run.
 """
@@ -36,6 +39,7 @@ IMAGE = REPO / "docs" / "img" / "hetero_pp4_timeline.png"
 GOLDEN = REPO / "autoresearch" / "golden" / "train.json"
 CROSSVAL = REPO / "docs" / "crossval"
 CROSSVAL_BY = ("device", "depth", "shape")
+STUDY = REPO / "experiments" / "hetero_scheduler" / "results_full.json"
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
@@ -108,10 +112,29 @@ def literature() -> str:
     return proc.stdout
 
 
+def study() -> str:
+    doc = json.loads(STUDY.read_text())
+    rows = ["| configs | split cost | jitter | seeds | hetero_search vs zb_h1 (target ≥ +3 %) | worst vs the best "
+            "built-in within ZB-H1's memory (target ≥ -0.5 %) | regressions beyond 0.5 % | worst, regressions on "
+            "seeds 101-103 only |", "|---|---|---|---|---|---|---|---|"]
+    for key, t in doc["targets"].items():
+        group, cost, jit = key.split("/")
+        seeds, first = doc["seeds"][jit], doc["targets_first_seeds"].get(key)
+        rows.append(f"| {group} | {cost} | {doc['jitter'][jit] * 100:g} % | {len(seeds)} | "
+                    f"{t['mean_improvement_vs_zb_h1_pct']:+.2f} % | {t['worst_vs_best_builtin_pct']:+.2f} % | "
+                    f"{t['regressions']} | " + (f"{first['worst_vs_best_builtin_pct']:+.2f} %, {first['regressions']}"
+                                               if first else "(the same seeds)") + " |")
+    rt, prov = doc["runtime_s"], doc["provenance"]
+    return (f"`python -m experiments.hetero_scheduler --jobs {rt['jobs']}`: {rt['total']:.0f} s wall "
+            f"({rt['grid']:.0f} s grid), git {prov['git']}, hops code {prov['code_fingerprint']}"
+            f"{'' if prov['stable'] else ' (hops/ changed during the run)'}.\n\n" + "\n".join(rows) + "\n")
+
+
 def render(tmp: Path) -> tuple[str, bytes]:
     text = README.read_text()
     sample, png = sample_run(tmp)
-    blocks = {"sample-run": sample, "calibration": calibration(), "crossval": crossval(), "literature": literature()}
+    blocks = {"sample-run": sample, "calibration": calibration(), "crossval": crossval(), "literature": literature(),
+              "study": study()}
     missing = set(blocks) - {m.group("name") for m in BLOCK.finditer(text)}
     if missing:
         raise SystemExit(f"README.md: no generated block named {', '.join(sorted(missing))}")

@@ -47,8 +47,9 @@ from .memory import memory_summary
 from .schedulers import PipelineMeta, Scheduler, resolve_scheduler
 from .timeline import Timeline
 
-# RNG streams: one child of the scenario seed per component, in this fixed order.
-STREAMS = ("compute", "comm", "host", "failure", "straggler")
+# RNG streams: one child of the scenario seed per component, in this fixed order ("search": what
+# a scheduler may draw while it plans, PipelineMeta.draw_times; appended, so the others keep their draws).
+STREAMS = ("compute", "comm", "host", "failure", "straggler", "search")
 SPLIT_NEVER, SPLIT_ALWAYS, SPLIT_EITHER = range(3)  # per-stage backward modes (see split_modes)
 MAX_STAGES = 16384
 MAX_TASKS = 20_000_000
@@ -134,7 +135,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     m, iters = scenario.microbatches, scenario.batches
     msg_mb = activation_mb(scenario, catalog)
 
-    ctx = _Context(scenario, catalog, topo, compute, msg_mb)
+    ctx = _Context(scenario, catalog, topo, compute, msg_mb, seed)
     laid = lay_out(ctx, placement)
     sched = sched_cls(**scenario.scheduler_options)
     sched.configure(laid.meta)
@@ -227,6 +228,7 @@ class _Context:
     topo: Topology
     compute: ComputeModel
     msg_mb: float
+    seed: int  # the run's seed (a planning scheduler's own draws come from its "search" stream)
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,8 @@ def lay_out(ctx: _Context, placement) -> Placed:
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),
+        seed=ctx.seed,
+        draw_times=lambda seed, n: sample_chunks(ctx.compute, placement, exp, rng_streams(seed)["search"], n),
         fits_memory=lambda in_flight: not memory_summary(
             sc, ctx.topo, ctx.catalog, in_flight, ctx.msg_mb, ends=(phys[0], phys[-1]),
             virtual_stages=p // sc.n_stages)["memory_over_capacity"])

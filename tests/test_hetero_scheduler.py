@@ -39,6 +39,15 @@ def random_pipeline(seed, schedule="hetero_search"):
     return sc, p, m
 
 
+def with_compute_jitter(sc, cv):
+    """The same pipeline with every stage's constant compute times drawn lognormal (same mean, cv)."""
+    for st in sc["pipeline"]["stages"]:
+        for key, dist in st["compute"].items():
+            if isinstance(dist, dict) and dist.get("kind") == "constant":
+                st["compute"][key] = {"kind": "lognormal", "mean_ms": dist["ms"], "cv": cv}
+    return sc
+
+
 def virtual_stage(stage, chunk, p, v):
     """Pipeline position of a timeline row: the stage itself, or its chunk's place in ZB-V's V."""
     return int(stage) if v == 1 else (int(stage) if chunk == 0 else 2 * p - 1 - int(stage))
@@ -319,9 +328,11 @@ def test_on_slow_links_the_search_keeps_one_chunk_per_stage():
     assert r.summary["makespan_ms"] <= _run(doc, "1f1b", cat).summary["makespan_ms"] * 1.0001
 
 
-def test_the_placement_choice_is_deterministic_and_draws_nothing():
-    """Planning uses expected times only: the same plan for every evaluation seed, recomputed
-    from scratch (the memo cleared) and with jitter (which changes draws, not the plan)."""
+def test_the_plan_never_sees_the_runs_draws():
+    """At jitter 0 the search draws nothing: the same plan for every run seed, recomputed from
+    scratch (the memo cleared). Under jitter it judges its finalists on draws from its own seed
+    (search_seed), never from the run's: the same plan for every run seed again, while a plan made
+    from the run seed's own search stream may differ."""
     from hops import engine
     from hops.scenario import load_scenario
     from hops.schedulers import hetero_search as hs
@@ -329,13 +340,92 @@ def test_the_placement_choice_is_deterministic_and_draws_nothing():
     paths = {p.stem: p for p in reference_configs()}
     doc, _ = load_document(paths["bench_a10g_front"])
     cat = _study_catalog()
-    plans = []
-    for seed, jitter in ((101, 0.0), (102, 0.0), (103, 0.1)):
+
+    def plan(seed, jitter, **options):
         hs._CACHE.clear()
-        d = {**doc, "pipeline": {**doc["pipeline"], "schedule": "hetero_search", "compute_jitter": jitter}}
-        plan = engine.run(load_scenario(d, cat), cat, seed).scheduler.plan
-        plans.append((plan.label, plan.placement, plan.device_orders))
-    assert plans[0] == plans[1] == plans[2] and plans[0][1] is not None
+        d = {**doc, "pipeline": {**doc["pipeline"], "schedule": "hetero_search", "compute_jitter": jitter,
+                                 "scheduler_options": options}}
+        pl = engine.run(load_scenario(d, cat), cat, seed).scheduler.plan
+        return pl.label, pl.placement, pl.device_orders, pl.orders
+
+    still = [plan(seed, 0.0) for seed in (101, 102, 103)]
+    assert still[0] == still[1] == still[2] and still[0][1] is not None
+    assert "jitter draws" not in still[0][0]
+    jittered = [plan(seed, 0.1, search_seed=42) for seed in (101, 102, 103)]
+    assert jittered[0] == jittered[1] == jittered[2]
+    assert f"of {hs.JITTER_DRAWS} jitter draws" in jittered[0][0]
+
+
+def test_the_search_draws_come_from_their_own_stream_of_the_given_seed():
+    """PipelineMeta.draw_times(seed, n): the compute times as the run draws them (same shape and
+    law), from the "search" stream of that seed: reproducible, different for another seed, and
+    never the run's compute stream."""
+    from hops import engine
+    from hops.compute import ComputeModel, sample_chunks
+    from hops.hardware import Topology
+    from hops.scenario import load_scenario
+    from hops.schedulers import hetero_search as hs
+
+    sc, p, m = random_pipeline(3)
+    assert hs.jitter_draws(engine.run(load_scenario(sc), Catalog.load(), 5).scheduler.meta, 5, 4) is None
+    scen = load_scenario(with_compute_jitter(sc, 0.1))
+    meta = engine.run(scen, Catalog.load(), 5).scheduler.meta
+    a, b, c = hs.jitter_draws(meta, 5, 4), hs.jitter_draws(meta, 5, 4), hs.jitter_draws(meta, 6, 4)
+    assert a == b and a != c
+    assert len(a) == 4 and all(len(d) == p and all(len(x) == m for x in d[0]) for d in a)
+    cm = ComputeModel(scen, Topology(scen, Catalog.load()), Catalog.load())
+    placement = [(s, 0) for s in range(p)]
+    ours = sample_chunks(cm, placement, cm.expected, engine.rng_streams(5)["search"], 4 * m)
+    runs = sample_chunks(cm, placement, cm.expected, engine.rng_streams(5)["compute"], 4 * m)
+    assert a[0][0][0] == ours[0]["F"][:m].tolist() != runs[0]["F"][:m].tolist()
+
+
+@pytest.mark.parametrize("name", ["hetero_pp4_fast_front", "bench_a10g_middle_mb24"])
+def test_under_jitter_another_v_order_must_beat_zb_vs_own_on_the_search_draws(name):
+    """Split cost 2x: at the expected times a V order with some backwards fused predicts a hair
+    shorter than zb_v's own, and hetero_search runs it. Under 10 % compute jitter its mean over
+    the search's draws is not MIN_GAIN shorter, so hetero_search runs zb_v's order: at every
+    evaluation seed the run is zb_v's, to the bit (the search drew nothing from the run's streams)."""
+    paths = {p.stem: p for p in reference_configs()}
+    doc, _ = load_document(paths[name])
+    cat = _study_catalog(2.0, doc)
+    assert (_run(doc, "hetero_search", cat).summary["makespan_ms"]
+            < _run(doc, "zb_v", cat, virtual=2).summary["makespan_ms"])
+    for seed in (101, 102, 103):
+        ours = _run(doc, "hetero_search", cat, seed=seed, jitter=0.1, search_seed=42)
+        assert ours.extras["virtual_stages"] == 2
+        assert ours.summary["makespan_ms"] == _run(doc, "zb_v", cat, seed=seed, jitter=0.1,
+                                                   virtual=2).summary["makespan_ms"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_under_jitter_the_plan_is_the_finalist_the_search_draws_favour(seed):
+    """On random pipelines with 20 % jitter: the chosen one-chunk order's mean over the search's
+    draws is no longer than the best built-in's, and within MIN_GAIN of the best finalist's."""
+    from hops import engine
+    from hops.scenario import load_scenario
+    from hops.schedulers import hetero_search as hs
+
+    sc, p, m = random_pipeline(seed)
+    sc["pipeline"]["scheduler_options"] = {"placement": "one_chunk", "search_seed": 9}
+    res = engine.run(load_scenario(with_compute_jitter(sc, 0.2)), Catalog.load(), 1)
+    meta, plan = res.scheduler.meta, res.scheduler.plan
+    draws = hs.jitter_draws(meta, 9, hs.JITTER_DRAWS)
+    means = {label: hs.mean_under_draws(meta, o, draws, False) for label, o in plan.candidates.items()}
+    chosen = hs.mean_under_draws(meta, plan.orders, draws, False)
+    assert chosen == pytest.approx(plan.makespan)
+    assert chosen <= min(v for k, v in means.items() if k.startswith("built-in")) + 1e-9
+    assert chosen <= min(means.values()) / (1.0 - hs.MIN_GAIN) + 1e-9
+
+
+def test_a_jitter_draws_option_below_one_is_a_one_line_scenario_error():
+    from hops.errors import ScenarioError
+
+    sc = pipeline(4, 8, schedule="hetero_search", split=0.5)
+    sc["pipeline"]["scheduler_options"] = {"jitter_draws": 0}
+    with pytest.raises(ScenarioError, match=r"pipeline\.scheduler_options\.jitter_draws: got 0; expected a whole "
+                                            r"number of at least 1"):
+        hops.simulate(sc)
 
 
 def test_hetero_search_with_two_virtual_stages_runs_the_v_only():

@@ -49,6 +49,12 @@ class PipelineMeta:
     # stage holds the given peak of in-flight chunk-microbatches (weights, optimizer state and
     # activations, as summary.json's peak_memory_mb counts them). None: not known (a hand-made meta).
     fits_memory: Optional[Callable[[Sequence[int]], bool]] = field(default=None, compare=False, repr=False)
+    # The run's seed, and n draws of every virtual stage's F/B/W/BW compute times as the run draws
+    # them (jitter, measured distributions), from the "search" stream of a given seed, never from
+    # the stream the run's own times come from: a scheduler that plans for the spread, not only the
+    # expected times, draws here (hetero_search). None where nobody can draw (a hand-made meta).
+    seed: int = 0
+    draw_times: Optional[Callable[[int, int], list]] = field(default=None, compare=False, repr=False)
 
 
 class SchedulerState:

@@ -35,10 +35,22 @@ better, since it sends twice the pipeline messages (slow links: the one-chunk pl
 The engine gives the scheduler the V's meta (PipelineMeta.layout_for) and lays the run out
 as ``chosen_placement`` says. With ``pipeline.virtual_stages: 2`` only the V is searched.
 
+Under jitter (the compute times vary: compute_jitter, measured distributions) the expected
+times are not enough: a plan's margin at the expected times can be smaller than what the
+spread does to a fixed order (a fused backward leaves no W to fill a late input; the V sends
+twice the messages). The search then draws JITTER_DRAWS iterations of compute times from its
+own stream (the run's "search" stream of ``search_seed``, default the scenario seed; never the
+stream the run's times come from, PipelineMeta.draw_times) and judges its finalists -- the
+built-ins and the rule orders it had as candidates, zb_v's own order among them, and its own
+winners -- by their mean makespan over those draws, with the rules the expected times use:
+a searched order must beat the best built-in of its placement by MIN_GAIN, the V the
+one-chunk plan by MIN_GAIN. A plan that ties zb_v's order therefore runs zb_v's order.
+
 Options: max_in_flight, extra_in_flight, search_passes (coordinate-descent passes, 2),
 search_budget (simulated tasks, 2e5 for each placement, so a 16 x 64 pipeline configures in
-under 1 s: benchmarks/scheduler_bench.py), per_microbatch (False: each stage all-fused or
-all-split, an ablation), placement ("auto", the default; "one_chunk"; "v").
+under 1 s at jitter 0: benchmarks/scheduler_bench.py), per_microbatch (False: each stage
+all-fused or all-split, an ablation), placement ("auto", the default; "one_chunk"; "v"),
+search_seed (the seed of the draws above) and jitter_draws (how many, JITTER_DRAWS).
 
 The winner is replayed as a fixed per-stage task order (StaticOrderScheduler semantics; a
 V plan as a fixed per-device order over the device's two chunks, DeviceOrderScheduler's):
@@ -56,26 +68,33 @@ from that description, not from its code.
 from __future__ import annotations
 
 import heapq
+from statistics import fmean
 from typing import Callable, Sequence
+
+import numpy as np
 
 from ..errors import ScenarioError
 from .base import (PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, device_maps, whole_option,
                    next_in_device_order)
 from .classic import GPipe, OneFOneB
-from .zb_v import list_schedule, v_placement
+from .zb_v import ZBV, list_schedule, v_placement
 from .zero_bubble import ZBH1, ZBH2
 
 _F, _B, _W, _BW = 0, 1, 2, 3
 _CACHE: dict[tuple, "Plan"] = {}
 _CACHE_MAX = 256
 MIN_GAIN = 0.003  # predicted fraction a searched plan must beat the best fitting built-in by
+# Draws of one iteration's compute times the finalists are judged on when times vary: at 10 %
+# jitter one draw's makespan spreads about 1 %, so 64 draws pin a mean to about 0.13 %, well
+# inside MIN_GAIN (fewer left the V-or-one-chunk choice to chance: 16 draws erred 0.4 %)
+JITTER_DRAWS = 64
 
 
 class Plan:
     """The chosen schedule: per-stage task orders, the engine's split modes, and how it was found."""
 
     __slots__ = ("orders", "modes", "makespan", "label", "evaluated", "baselines", "params", "placement",
-                 "device_orders", "alternatives")
+                 "device_orders", "alternatives", "candidates")
 
     def __init__(self, orders, makespan, label, evaluated, baselines, params=None, placement=None,
                  device_orders=None):
@@ -83,6 +102,9 @@ class Plan:
         self.placement = placement  # None: one chunk per stage; else (stage, chunk) per virtual stage (the V)
         self.device_orders = device_orders  # V only: per device, (virtual stage, phase, microbatch)
         self.alternatives = {}  # predicted makespan of the best plan per placement ("one_chunk", "v")
+        # label -> orders (per stage; per device for the V) of the finalists the jitter draws decide
+        # between (choose_under_draws); a built-in's label starts with "built-in", the V's rule orders' with "zb_v"
+        self.candidates = {}
         self.orders = orders
         self.makespan = makespan
         self.label = label
@@ -118,8 +140,9 @@ def pipeline_links(meta: PipelineMeta):
 
 
 def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task | None],
-                    record: bool = False):
-    """One iteration under expected times, with the engine's rules; returns (makespan, orders).
+                    record: bool = False, times=None):
+    """One iteration under expected times (or ``times``, see stage_times), with the engine's rules;
+    returns (makespan, orders).
 
     Mirrors hops.engine: a device runs one task at a time (held until its send is delivered when
     sends block), each directed link is a FIFO, events at equal times resolve in creation order,
@@ -127,7 +150,7 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
     (PipelineMeta carries forward transfer times only).
     """
     p, m = meta.n_stages, meta.n_microbatches
-    dur = [(meta.f[s], meta.b[s], meta.w[s], meta.bw[s]) for s in range(p)]
+    dur = stage_times(meta) if times is None else times
     devs = list(meta.devices)
     dev_ids = {d: k for k, d in enumerate(dict.fromkeys(devs))}
     sdev = [dev_ids[d] for d in devs]
@@ -178,7 +201,7 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
         if record:
             orders[s].append(task)
         seq += 1
-        push(heap, (now + dur[s][code], seq, 0, s, j, code))
+        push(heap, (now + dur[s][code][j], seq, 0, s, j, code))
 
     def send(lk: int, t_ms: float, dst: int, j: int, direction: int, now: float) -> float:
         nonlocal seq
@@ -241,6 +264,12 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
     if not done:
         return float("inf"), orders
     return end_max, orders
+
+
+def stage_times(meta: PipelineMeta):
+    """Per (virtual) stage: F, B, W and BW durations of each microbatch, at the expected times."""
+    m = meta.n_microbatches
+    return [tuple([x] * m for x in (meta.f[k], meta.b[k], meta.w[k], meta.bw[k])) for k in range(meta.n_stages)]
 
 
 def static_policy(orders: Sequence[Sequence[Task]]):
@@ -396,6 +425,7 @@ def search(meta: PipelineMeta, caps: Sequence[int], max_passes: int = 2, budget:
     # ones): a searched plan replaces the best built-in only when it predicts more than
     # MIN_GAIN, else a model error smaller than its margin could make it the slower one.
     ref = min((baselines[b] for b in builtin), default=float("inf"))
+    searched = best_x
     if best_x is not None and best_t > ref * (1.0 - MIN_GAIN):
         best_x, best_label, best_t = None, min(builtin, key=baselines.get), ref
     if best_x is None and best_label in builtin:
@@ -405,6 +435,10 @@ def search(meta: PipelineMeta, caps: Sequence[int], max_passes: int = 2, budget:
         orders = simulate_policy(meta, greedy_policy(m, caps, *x), record=True)[1]
         label = "searched" if best_x else "greedy_split"
     plan = Plan(orders, best_t, label, evaluated, baselines, best_x)
+    plan.candidates = {f"built-in {name}": builtin[name] for name in builtin}
+    plan.candidates["greedy_split"] = simulate_policy(meta, greedy_policy(m, caps, [0] * p, [m] * p), record=True)[1]
+    if searched is not None:
+        plan.candidates["searched"] = simulate_policy(meta, greedy_policy(m, caps, *searched), record=True)[1]
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
     _CACHE[key] = plan
@@ -435,9 +469,9 @@ def device_policy(orders: Sequence[Sequence[tuple[int, str, int]]], device_of: S
     return choose
 
 
-def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -> float:
-    """Makespan of fixed per-device orders at the expected times: what simulate_policy with
-    device_policy returns, computed without the event heap.
+def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int], times=None) -> float:
+    """Makespan of fixed per-device orders at the expected times (or ``times``, as stage_times
+    gives them): what simulate_policy with device_policy returns, computed without the event heap.
 
     A fixed order runs each task at max(device free, input ready), and each directed link is
     fed by one device only (its source), so the link's FIFO serves messages in that device's
@@ -446,7 +480,7 @@ def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -
     """
     n, m = meta.n_stages, meta.n_microbatches
     inf = float("inf")
-    f, b, w, bw = meta.f, meta.b, meta.w, meta.bw
+    f, b, w, bw = zip(*(stage_times(meta) if times is None else times))
     blocking = meta.blocking_send
     fwd, bwd, xf, xb, n_links = pipeline_links(meta)
     link_free = [0.0] * n_links
@@ -477,7 +511,7 @@ def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -
                     break
                 t0 = r if r > t_free else t_free
                 if ph == "F":
-                    t_free = t0 + f[k]
+                    t_free = t0 + f[k][j]
                     if k < n - 1:
                         lk = fwd[k]
                         if lk < 0:
@@ -490,9 +524,9 @@ def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int]) -
                     else:
                         b_at[k][j] = t_free
                 elif ph == "W":
-                    t_free = t0 + w[k]
+                    t_free = t0 + w[k][j]
                 else:
-                    t_free = t0 + (b[k] if ph == "B" else bw[k])
+                    t_free = t0 + (b[k][j] if ph == "B" else bw[k][j])
                     if ph == "B":
                         w_at[k][j] = t_free
                     if k > 0:
@@ -550,12 +584,14 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
     """Best V order found for the V meta (2p virtual stages, device d holds d and 2p-1-d).
 
     Candidates: ZB-V's list-schedule rules (hops.schedulers.zb_v) at unit and at the expected
-    times, both B tie-breaks and both W policies (the 8 orders zb_v chooses from), each replayed
+    times, both B tie-breaks and both W policies (the 8 orders zb_v chooses from, zb_v's own
+    pick among them labelled "built-in zb_v"), each replayed
     here under the engine's rules (FIFO links included). Then the same fused-or-split choice
     the one-chunk search makes: per device, a coordinate descent over which microbatches'
     backwards run fused (first ``head`` and last ``tail`` split, the rest fused), busiest
     devices first (where a W's extra launch costs the most). Returns (makespan, device orders,
-    label, evaluated) or None when no candidate fits ``cap_chunks``.
+    label, evaluated, candidates: label -> device orders of every rule order and of the fused
+    winner) or None when no candidate fits ``cap_chunks``.
     """
     n, m = meta.n_stages, meta.n_microbatches
     p = n // 2
@@ -571,6 +607,7 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
 
     best = None
     seen = set()
+    candidates = {}
     for times in (None, expected):
         for w_first in (False, True):
             for b_first in (1, 0):
@@ -583,10 +620,20 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
                     continue
                 seen.add(key)
                 t = run(orders)
+                name = f"zb_v rules ({'unit' if times is None else 'expected'} times)"
+                candidates[f"{name}, b_first {b_first}, w_first {w_first}"] = orders
                 if best is None or t < best[0] - 1e-9:
-                    best = (t, orders, f"zb_v rules ({'unit' if times is None else 'expected'} times)")
+                    best = (t, orders, name)
     if best is None:
         return None
+    # zb_v's own order (one of the rule orders, picked by its own replay) is the V's built-in:
+    # under jitter another order must beat it by MIN_GAIN (choose_under_draws)
+    zbv = ZBV()
+    zbv.configure(meta)
+    if max(v_peak_chunks(zbv.order)) <= cap_chunks:
+        own = tuple(tuple(o) for o in zbv.order)
+        candidates = {label: o for label, o in candidates.items() if tuple(tuple(x) for x in o) != own}
+        candidates["built-in zb_v"] = zbv.order
     best_t, base, label = best
     # Fused-or-split per device: a coordinate descent from all-split, busiest devices first.
     split_of = [bytearray(b"\x01" * m) for _ in range(n)]
@@ -615,7 +662,81 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
         if not improved or spent > budget:
             break
     orders = fuse_orders(base, split_of) if improved_any else base
-    return best_t, orders, label + (", fused where it pays" if improved_any else ""), evaluated
+    label += ", fused where it pays" if improved_any else ""
+    if improved_any:
+        candidates[label] = orders
+    return best_t, orders, label, evaluated, candidates
+
+
+# --------------------------------------------------------------------------- under jitter
+def jitter_draws(meta: PipelineMeta, seed: int, n: int):
+    """n draws of one iteration's compute times per (virtual) stage, in stage_times' layout, from
+    the "search" stream of ``seed`` (PipelineMeta.draw_times); None when the times do not vary (no
+    jitter, constant distributions: then the expected times are the times)."""
+    if meta.draw_times is None:
+        return None
+    m = meta.n_microbatches
+    raw = meta.draw_times(seed, n * m)
+    if not any(np.ptp(a) > 0 for st in raw for a in st.values()):
+        return None
+    return [[tuple(st[ph][i * m:(i + 1) * m].tolist() for ph in ("F", "B", "W", "BW")) for st in raw]
+            for i in range(n)]
+
+
+def mean_under_draws(meta: PipelineMeta, orders, draws, per_device: bool) -> float:
+    """Mean makespan of fixed orders over the draws, run as the engine runs them (per device for
+    the V, per stage otherwise)."""
+    n = meta.n_stages
+    if per_device:
+        device_of = device_maps(v_placement(n // 2))[0]
+        return fmean(replay_device_orders(meta, orders, device_of, d) for d in draws)
+    if len(set(meta.devices)) == n:  # one stage per device: the heap-free replay is exact
+        dev = [[(s, ph, j) for ph, j in o] for s, o in enumerate(orders)]
+        return fmean(replay_device_orders(meta, dev, range(n), d) for d in draws)
+    return fmean(simulate_policy(meta, static_policy(orders), times=d)[0] for d in draws)
+
+
+def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
+    """Under jitter: the finalist whose fixed orders run shortest on average over the draws.
+
+    Why: the search plans at the expected times, where a plan's margin can be smaller than what
+    jitter does to a fixed order (a fused backward leaves no W to fill a late input; a V sends
+    twice the messages). The finalists are every order the expected-time search had as a
+    built-in or rule order (1F1B, GPipe, ZB-H1, ZB-H2; zb_v's rule orders for the V) and its own
+    winners; the same rule then applies to their mean over the draws as to their makespan at the
+    expected times (a searched one-chunk order must beat the best built-in by MIN_GAIN). The
+    draws come from the search's own stream (jitter_draws), never from the run's: the run's
+    times are drawn after the plan is fixed. Memoized on the finalists and the draws.
+    """
+    if draws is None:
+        return plan
+    per_device = plan.device_orders is not None
+    key = ("draws", per_device, meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w),
+           tuple(meta.bw), tuple(meta.devices), tuple(meta.transfer_ms), meta.blocking_send,
+           tuple((label, tuple(map(tuple, o))) for label, o in plan.candidates.items()),
+           hash(tuple(x for d in draws for st in d for ph in st for x in ph)))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    means = {label: mean_under_draws(meta, o, draws, per_device) for label, o in plan.candidates.items()}
+    best = min(means, key=means.get)
+    builtins = [label for label in means if label.startswith("built-in")]
+    if builtins and not best.startswith("built-in"):
+        ref = min(builtins, key=means.get)
+        if means[best] > means[ref] * (1.0 - MIN_GAIN):
+            best = ref
+    label = f"{best}, chosen on the mean of {len(draws)} jitter draws"
+    evaluated = plan.evaluated + len(means) * len(draws)
+    if per_device:
+        out = v_plan(meta, means[best], plan.candidates[best], "V: " + label, evaluated)
+    else:
+        out = Plan(plan.candidates[best], means[best], label, evaluated, plan.baselines,
+                   plan.params if best == "searched" else None)
+    out.candidates = plan.candidates
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = out
+    return out
 
 
 def fits(meta: PipelineMeta, in_flight: Sequence[int]) -> bool:
@@ -629,8 +750,8 @@ class HeteroSearch(StaticOrderScheduler):
     simulation at the expected times finds shorter within the activation cap."""
 
     name = "hetero_search"
-    option_names = ("extra_in_flight", "max_in_flight", "per_microbatch", "placement", "search_budget",
-                    "search_passes")
+    option_names = ("extra_in_flight", "jitter_draws", "max_in_flight", "per_microbatch", "placement",
+                    "search_budget", "search_passes", "search_seed")
 
     @classmethod
     def placement(cls, p: int, v: int) -> list[tuple[int, int]]:
@@ -655,13 +776,19 @@ class HeteroSearch(StaticOrderScheduler):
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
             raise ScenarioError("pipeline.scheduler_options.search_budget", f"got {budget!r}; expected a positive "
                                 "number of simulated tasks")
+        seed = whole_option(self.options, "search_seed", 0)
+        seed = meta.seed if seed is None else seed
+        n_draws = whole_option(self.options, "jitter_draws", 1) or JITTER_DRAWS
         plan = None
         if v == 1 and mode != "v":
             plan = search(meta, [cap] * p, passes, budget, bool(self.options.get("per_microbatch", True)))
+            plan = choose_under_draws(meta, plan, jitter_draws(meta, seed, n_draws))
         meta_v = meta if v == 2 else (meta.layout_for(v_placement(p)) if meta.layout_for and mode != "one_chunk"
                                       and p > 1 else None)
         if meta_v is not None:
             vplan = search_v_cached(meta_v, 2 * cap, passes, budget)
+            if vplan is not None:
+                vplan = choose_under_draws(meta_v, vplan, jitter_draws(meta_v, seed, n_draws))
             # The V replaces the one-chunk plan only when it predicts more than MIN_GAIN: it sends
             # twice the messages, so under jitter a tie is better left to the one-chunk order.
             # Compared end to end: the V needs no tied-embedding all-reduce (both ends on device 0)
@@ -697,6 +824,16 @@ class HeteroSearch(StaticOrderScheduler):
         return next_in_device_order(state, self.device_orders, self.device_of, self.hosted)
 
 
+def v_plan(meta: PipelineMeta, makespan: float, dev_orders, label: str, evaluated: int) -> Plan:
+    """A Plan over the V placement from its per-device orders."""
+    n = meta.n_stages
+    per_stage = [[] for _ in range(n)]
+    for order in dev_orders:
+        for k, ph, j in order:
+            per_stage[k].append((ph, j))
+    return Plan(per_stage, makespan, label, evaluated, {}, None, v_placement(n // 2), dev_orders)
+
+
 def search_v_cached(meta: PipelineMeta, cap_chunks: int, max_passes: int, budget: float) -> Plan | None:
     """search_v as a Plan over the V placement (memoized like search)."""
     key = ("v", meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w), tuple(meta.bw),
@@ -706,13 +843,9 @@ def search_v_cached(meta: PipelineMeta, cap_chunks: int, max_passes: int, budget
     r = search_v(meta, cap_chunks, max_passes, budget)
     plan = None
     if r is not None:
-        t, dev_orders, label, evaluated = r
-        n = meta.n_stages
-        per_stage = [[] for _ in range(n)]
-        for order in dev_orders:
-            for k, ph, j in order:
-                per_stage[k].append((ph, j))
-        plan = Plan(per_stage, t, "V: " + label, evaluated, {}, None, v_placement(n // 2), dev_orders)
+        t, dev_orders, label, evaluated, candidates = r
+        plan = v_plan(meta, t, dev_orders, "V: " + label, evaluated)
+        plan.candidates = candidates
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
     _CACHE[key] = plan
