@@ -49,7 +49,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("propose", help="open a calibration iteration (before changing any code)")
     p.add_argument("--hypothesis", required=True, help="what is wrong in the model and why you think so")
     p.add_argument("--change-site", required=True, metavar="PATH",
-                   help="file to change (e.g. hops/compute.py) or catalog path (e.g. stacks.fixture_megatron.k_floor_ms.l4)")
+                   help="file to change (e.g. hops/model/compute.py) or catalog path (e.g. stacks.fixture_megatron.k_floor_ms.l4)")
     p.add_argument("--expect", required=True, help="expected effect, with numbers (e.g. 'last-stage F error -50%%')")
     p.add_argument("--title", help="a few words naming the change (MLflow run names, patch file); default: the "
                                    "hypothesis' first words")
@@ -261,7 +261,7 @@ def run_gate_cmd(args) -> int:
 
 # --------------------------------------------------------------------------- iterations
 def _check_change_site(site: str) -> None:
-    from hops.hardware import Catalog, dotted_items
+    from hops.model.hardware import Catalog, dotted_items
 
     path = (ledger.REPO / site) if not Path(site).is_absolute() else Path(site)
     if path.exists() or path.parent.is_dir() and path.suffix:

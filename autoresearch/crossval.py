@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from hops.compute import stage_layers
+from hops.model.compute import stage_layers
 from hops.errors import HopsError
-from hops.hardware import Catalog, dotted_items
+from hops.model.hardware import Catalog, dotted_items
 
 from . import fit as phase_fit
 from .fixtures import Fixture, list_fixtures, resolve_root
@@ -44,7 +44,7 @@ class CrossvalError(HopsError):
 
 
 def _layers(data: phase_fit.StagePhases, model) -> int:
-    """Layers on the fixture's heaviest stage (hops.compute's estimate from the stage FLOPs)."""
+    """Layers on the fixture's heaviest stage (hops.model.compute's estimate from the stage FLOPs)."""
     return max(round(stage_layers(data.scenario, st, model)) for st in data.scenario.stages)
 
 
@@ -147,7 +147,7 @@ class Crossval:
 def crossval(by: str, *, space: str = "sum_model", root=None, jobs: int = 1, progress: bool = False,
              starts: int = phase_fit.DEFAULT_STARTS, seed: int = phase_fit.DEFAULT_SEED) -> Crossval:
     """Leave each group of `by` out of the fit, refit `space` on the rest, score the group (module docstring)."""
-    from hops.progress import Progress
+    from hops.run.progress import Progress
 
     from .validate import validate
 

@@ -6,7 +6,7 @@ residuals and bounds.
 
 Data: every stage of every fixture, its measured forward and fused-backward ms per microbatch
 (scoring.phase_breakdown over the measured window, per iteration, / microbatches per iteration)
-against the model's own expected times for that stage (hops.compute.ComputeModel on the Megatron
+against the model's own expected times for that stage (hops.model.compute.ComputeModel on the Megatron
 scenario the spec variant runs, catalog = presets + the candidate values through
 ``Catalog.load(overrides)``). No simulation: a prediction of all 36 train fixtures takes ~10 ms.
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hops.compute import ComputeModel
+from hops.model.compute import ComputeModel
 from hops.errors import HopsError
-from hops.hardware import Catalog, Topology
+from hops.model.hardware import Catalog, Topology
 from hops.scenario import Scenario, load_scenario
 from hops.traces import load_trace
 
@@ -116,7 +116,7 @@ def unseen_fallbacks(data: list[StagePhases], params: list[Param]) -> dict[str, 
     """Per-GPU constants of GPUs no stage of `data` runs on, and what a GPU without them gets.
 
     Such a constant has no residual, so a fit cannot move it. A stack gives a GPU without its own
-    dispatch floors its `default` forward floor, for the backward too (hops/compute.py); that is
+    dispatch floors its `default` forward floor, for the backward too (hops/model/compute.py); that is
     what a GPU the fit never saw runs with. Per-GPU paths read ``stacks.<stack>.<key>.<gpu>``.
     """
     seen = {g for d in data for g in d.gpus}

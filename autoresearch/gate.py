@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from hops.errors import HopsError
-from hops.hardware import Catalog, dotted_items
+from hops.model.hardware import Catalog, dotted_items
 from hops.traces.guard import check_split
 
 from . import ledger, state

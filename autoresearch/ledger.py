@@ -110,7 +110,7 @@ def model_fingerprint(overrides: Mapping[str, Any] | Iterable[str] | None = None
 
 
 def normalize_overrides(overrides) -> dict:
-    from hops.hardware import _normalize_overrides
+    from hops.model.hardware import _normalize_overrides
 
     return dict(_normalize_overrides(overrides))
 
@@ -243,7 +243,7 @@ class Ledger:
     """Thin, retrying wrapper over MlflowClient for the runs autoresearch writes."""
 
     def __init__(self, uri: str | None = None):
-        from hops.tracking import check_reachable
+        from hops.run.tracking import check_reachable
 
         self.uri = uri or tracking_uri()
         check_reachable(self.uri)  # a server that is not there: one line now, not minutes of retries

@@ -23,8 +23,8 @@ from pathlib import Path
 import yaml
 
 from hops.errors import HopsError
-from hops.hardware import Catalog, dotted_items
-from hops.tracking import redact  # storage URLs may carry a password; it must not reach the ledger
+from hops.model.hardware import Catalog, dotted_items
+from hops.run.tracking import redact  # storage URLs may carry a password; it must not reach the ledger
 from hops.traces.guard import check_split
 
 from . import ledger, state
@@ -147,7 +147,7 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
                allowlist: Path | None = None, workers: int = 1, progress: bool = False) -> SearchResult:
     """Run `trials` trials in each of `workers` processes on one study (Optuna's shared-storage mode).
 
-    `progress`: count finished trials on stderr (hops.progress; the CLI asks when stderr is a terminal).
+    `progress`: count finished trials on stderr (hops.run.progress; the CLI asks when stderr is a terminal).
     """
     check_split(split)
     if split != FIT_SPLIT:
@@ -186,7 +186,7 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
                                 tags=_open_tags(book))
         study.set_user_attr("mlflow_run_id", parent)
 
-    from hops.progress import Progress
+    from hops.run.progress import Progress
 
     with Progress(total=trials * workers, desc=f"search {space}", unit="trial", enabled=progress) as bar:
         if workers == 1:

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from hops.errors import HopsError
-from hops.hardware import Catalog
+from hops.model.hardware import Catalog
 from hops.traces import load_trace
 from hops.traces.guard import SplitGuardError, check_split
 from hops.traces.link_bench import bench_files
@@ -226,7 +226,7 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
     catalog = _catalog(overrides)  # a bad --set path fails here, before any work
     fixtures = list_fixtures(resolve_root(root), split, list(ids) if ids is not None else None, token=token)
     keys = [trace_key(f) for f in fixtures]
-    from hops.progress import Progress
+    from hops.run.progress import Progress
 
     # on stderr, only when asked (the CLI asks when a human watches) and only past 2 s
     bar = Progress(total=len(fixtures), desc=f"validate {split}", unit="fixture", enabled=progress)

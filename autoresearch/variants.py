@@ -21,7 +21,7 @@ import numpy as np
 
 from hops.api import Result, simulate
 from hops.errors import HopsError, TraceError
-from hops.hardware import Catalog
+from hops.model.hardware import Catalog
 from hops.metrics import measured_window
 from hops.timeline import Timeline
 from hops.traces import link_overrides

@@ -1,11 +1,11 @@
-"""events.csv: hops.text_columns' block writer against pyarrow's CSV writer, same bytes required.
+"""events.csv: hops.outputs.text_columns' block writer against pyarrow's CSV writer, same bytes required.
 
-Issue 22 asked whether pyarrow.csv.write_csv can replace hops/text_columns.py. events.csv prints
+Issue 22 asked whether pyarrow.csv.write_csv can replace hops/outputs/text_columns.py. events.csv prints
 times as `"%.6f"` and quotes strings as csv.writer (QUOTE_MINIMAL) does; Arrow's writer prints a
 float's shortest repr and, quoting "needed", quotes every string. So the pyarrow writer here
 builds the `%.6f` text as Arrow strings (integer units from text_columns' exact rounding, the
 fraction left-padded), passes strings pre-quoted as dictionary columns and writes them with
-quoting "none". It is checked byte for byte against hops.outputs.write_events_csv; a third
+quoting "none". It is checked byte for byte against hops.outputs.files.write_events_csv; a third
 variant, pyarrow with Arrow's own float text (not the same bytes), bounds what the float
 formatting costs. The three run interleaved, so a change of load hits all alike.
 
@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 import hops
-from hops import text_columns as tc
-from hops.outputs import write_events_csv
+from hops.outputs import text_columns as tc
+from hops.outputs.files import write_events_csv
 from hops.timeline import EVENTS_CSV_HEADER, _csv_field
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,7 +70,7 @@ def main() -> None:
     a = ap.parse_args()
     tl = hops.simulate(scenario(a.stages, a.microbatches, a.batches)).timeline
     writers = {
-        "hops.outputs.write_events_csv (text_columns)": write_events_csv,
+        "hops.outputs.files.write_events_csv (text_columns)": write_events_csv,
         "pyarrow write_csv, %.6f built in Arrow": write_pyarrow,
         "... the same, batch_size 65536": lambda tl, p: write_pyarrow(tl, p, batch_size=1 << 16),
         "pyarrow write_csv, Arrow's float text (NOT the same bytes)": lambda tl, p: write_pyarrow(tl, p,

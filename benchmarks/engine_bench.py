@@ -3,11 +3,11 @@
 Part 1 (hops.simulate end to end, 1F1B with 5 % jitter): compute tasks/s per case and the
 per-task cost ratio of the largest to the smallest case (flat cost per task means the
 engine never rescans stages per event).
-Part 2 (hops.engine.run alone, one fresh process per case so peak RSS is the case's own):
+Part 2 (hops.engine.loop.run alone, one fresh process per case so peak RSS is the case's own):
 1k, 4k and 16k stages x 16 microbatches: seconds, tasks/s and peak RSS, and the
 ratio of per-stage cost 16k / 1k (linear in stages and links means ~1). Metrics are not
 part of this: summarize() is timed separately in Part 1.
-Part 3: a run above the documented ceiling (hops.engine.MAX_STAGES) is refused up front;
+Part 3: a run above the documented ceiling (hops.engine.loop.MAX_STAGES) is refused up front;
 the time to refuse is printed.
 Run: python benchmarks/engine_bench.py [--repeats 3] [--skip-scaling]
 """
@@ -41,9 +41,9 @@ def scenario(p: int, m: int, schedule: str = "1f1b") -> dict:
 
 
 def one_engine_run(p: int, m: int) -> dict:
-    """Time hops.engine.run once in this process (called in a child process by main)."""
-    from hops import engine
-    from hops.hardware import Catalog
+    """Time hops.engine.loop.run once in this process (called in a child process by main)."""
+    from hops.engine import loop as engine
+    from hops.model.hardware import Catalog
 
     catalog = Catalog.load()
     sc = hops.load_scenario(scenario(p, m), catalog)
@@ -81,7 +81,7 @@ def main() -> None:
     if args.skip_scaling:
         return
 
-    print("\npart 2: hops.engine.run alone, one process per case (median of repeats)")
+    print("\npart 2: hops.engine.loop.run alone, one process per case (median of repeats)")
     print(f"{'case':>12} {'tasks':>8} {'median s':>9} {'tasks/s':>10} {'peak RSS MB':>12}")
     per_stage = []
     for p, m in SCALING:
@@ -97,9 +97,9 @@ def main() -> None:
         print(f"{f'PP{p}x{m}':>12} {tasks:>8} {med:>9.3f} {tasks / med:>10.0f} {rss:>12.0f}")
     print(f"per-stage cost ratio {SCALING[-1][0]} / {SCALING[0][0]} stages: {per_stage[-1] / per_stage[0]:.2f}")
 
-    from hops import engine
+    from hops.engine import loop as engine
     from hops.errors import ScenarioError
-    from hops.hardware import Catalog
+    from hops.model.hardware import Catalog
 
     over = engine.MAX_STAGES + 1
     t0 = time.perf_counter()

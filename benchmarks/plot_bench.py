@@ -123,8 +123,8 @@ def synthetic_summary(tl: Timeline, seed: int = 0) -> dict:
 
 
 def main() -> None:
-    from hops.chrome_trace import write_chrome_trace
-    from hops.plots import plot_dashboard, plot_timeline
+    from hops.outputs.chrome_trace import write_chrome_trace
+    from hops.outputs.plots import plot_dashboard, plot_timeline
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stages", type=int, default=64)

@@ -19,7 +19,7 @@ Prints medians (and the ratio to the simulation) for:
 
 Measured 2026-12-03 on the shared 2-core dev box, other jobs running (load ~1.7), medians
 of 3, `--no-plots`; wall s (ratio to the simulation), CPU ratio in brackets. Before: the
-tree at 3e10860 (same script); after: the block writers (hops.text_columns).
+tree at 3e10860 (same script); after: the block writers (hops.outputs.text_columns).
                                       before                    after
   hops.simulate PP64 x 1024 x 4       6.88 s                    6.91 s
   write events.csv                    3.54 s  0.51x [0.49x]     0.95 s  0.14x [0.13x]
@@ -82,7 +82,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import hops  # noqa: E402
-from hops.hardware import CATALOG_FILES, PRESET_DIR  # noqa: E402
+from hops.model.hardware import CATALOG_FILES, PRESET_DIR  # noqa: E402
 
 
 def median_s(fn, repeats: int) -> float:
@@ -214,9 +214,9 @@ def cold(repeats: int) -> None:
 
 
 def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> None:
-    from hops.chrome_trace import write_chrome_trace
-    from hops.outputs import write_events_csv
-    from hops.plots import plot_dashboard, plot_timeline
+    from hops.outputs.chrome_trace import write_chrome_trace
+    from hops.outputs.files import write_events_csv
+    from hops.outputs.plots import plot_dashboard, plot_timeline
 
     doc = scenario(p, m, batches)
     with tempfile.TemporaryDirectory() as tmp:

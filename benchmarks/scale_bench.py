@@ -5,7 +5,7 @@ median wall time of load_scenario, simulate (engine + metrics + summary), summar
 (the metrics on the finished Timeline) and Result.write (summary.json + events.csv), peak
 RSS, and the time and memory per stage. Cost per stage that stays flat from 1k to 16k
 means linear scaling; the ratios largest/smallest are printed last. Then a scenario one
-stage above hops.engine.MAX_STAGES is submitted, to show it is refused up front (time to
+stage above hops.engine.loop.MAX_STAGES is submitted, to show it is refused up front (time to
 the one-line error).
 
 Run: python benchmarks/scale_bench.py [--repeats 3] [--stages 1024 4096 16384] [--microbatches 4]
@@ -107,7 +107,7 @@ def main() -> None:
         print(json.dumps(refuse_case(args.refuse)))
         return
 
-    from hops.engine import MAX_STAGES
+    from hops.engine.loop import MAX_STAGES
 
     print(f"1F1B, {args.microbatches} microbatches, 1 batch, median of {args.repeats}; one process per case")
     print(f"{'stages':>7} {'events':>8} {'load s':>7} {'simulate s':>10} {'summarize s':>11} {'write s':>8} "
@@ -126,7 +126,7 @@ def main() -> None:
               f"summarize {b['summarize_s'] / a['summarize_s']:.1f}x, write {b['write_s'] / a['write_s']:.1f}x, "
               f"peak RSS {b['rss_mb'] / a['rss_mb']:.1f}x (linear = {scale:.0f}x)")
     r = _child(["--refuse", str(MAX_STAGES + 1)])
-    print(f"ceiling hops.engine.MAX_STAGES = {MAX_STAGES}: {r['stages']} stages refused after "
+    print(f"ceiling hops.engine.loop.MAX_STAGES = {MAX_STAGES}: {r['stages']} stages refused after "
           f"{r['refused_after_s']:.2f} s: {r['message']}")
 
 

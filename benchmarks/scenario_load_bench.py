@@ -45,7 +45,7 @@ def main() -> None:
     print(f"cold (median of {args.runs} processes): import hops.schema {1000 * statistics.median(imports):.0f} ms, "
           f"first load_scenario {1000 * statistics.median(firsts):.0f} ms")
 
-    from hops.hardware import Catalog
+    from hops.model.hardware import Catalog
     from hops.scenario import load_scenario
 
     catalog = Catalog.load()

@@ -144,7 +144,7 @@ def main(argv=None) -> dict:
     best = float(allx[int(np.argmax(allm))])
     plot_sweep(allx, allm, alll, allh, best, yd, out / "goodput_vs_checkpoint.png", ck.write_minutes)
 
-    from hops.plots.progress import plot_progress
+    from hops.outputs.plots.progress import plot_progress
 
     plot_progress(runs[0], out / "progress.png",
                   title=f"Llama-3-405B-like job, seed {seeds[0]}: goodput {runs[0].goodput_ratio:.1%}, "

@@ -7,13 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import engine, outputs, physical
-from .hardware import Catalog, Topology
-from .memory import memory_summary
-from .metrics import summarize
-from .provenance import model_fingerprint
-from .scenario import Scenario, load_scenario
-from .timeline import Timeline
+from hops.engine import loop as engine
+from hops.outputs import files as outputs
+from hops.model import physical
+from hops.model.hardware import Catalog, Topology
+from hops.model.memory import memory_summary
+from hops.metrics import summarize
+from hops.provenance import model_fingerprint
+from hops.scenario import Scenario, load_scenario
+from hops.timeline import Timeline
 
 
 @dataclass
@@ -27,7 +29,7 @@ class Result:
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """summary.json and events.csv (byte-identical for the same scenario and seed).
 
-        events.csv first, summary.json last and each renamed into place (hops.outputs), so
+        events.csv first, summary.json last and each renamed into place (hops.outputs.files), so
         an interrupted write never leaves a summary.json that looks complete.
         """
         out = Path(out_dir)
@@ -85,7 +87,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
     extras = dict(res.extras)
     if sc.failure is not None:
         extras["horizon"] = horizon = run_horizon(sc, topo, catalog, summary, seed)
-        from .failures import summary_block
+        from hops.failures import summary_block
 
         summary["failures"] = summary_block(horizon)
         summary["stragglers"] = {d: f for d, f in sorted(res.extras["stragglers"].items()) if f != 1.0}
@@ -121,7 +123,7 @@ def run_horizon(sc: Scenario, topo: Topology, catalog: Catalog, summary: dict, s
     Stragglers were already applied to the detailed run, so the horizon gets slowdown 1.0
     (drawing them again would count them twice).
     """
-    from .failures import resolve_device_mtbf, simulate_horizon
+    from hops.failures import resolve_device_mtbf, simulate_horizon
 
     cfg = sc.failure
     mtbf = None

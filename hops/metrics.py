@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .timeline import Timeline
+from hops.timeline import Timeline
 
 WARMUP_FACTOR = 3.0
 BACKWARD_PHASES = ("B", "BW", "W")

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import yaml
 
-from .errors import HopsError
+from hops.errors import HopsError
 
 
 def read_request(path: Path):
     """(model mapping, pools, training section) of a request file, checked field by field."""
-    from .planner import Pool
-    from .schema import validate
-    from .schema.document import read_yaml_file
-    from .schema.plan import PlanRequestModel
+    from hops.planner import Pool
+    from hops.schema import validate
+    from hops.schema.document import read_yaml_file
+    from hops.schema.plan import PlanRequestModel
 
     data = read_yaml_file(path)
     req = validate(data, str(path), PlanRequestModel)
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=3, help="plans to simulate (best estimates first)")
     ap.add_argument("--scenario", type=Path, help="write the best plan as a scenario YAML here")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    from .errors import ScenarioError
-    from .planner import Planner3D
+    from hops.errors import ScenarioError
+    from hops.planner import Planner3D
 
     try:
         if not args.request.is_file():

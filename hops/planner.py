@@ -7,7 +7,7 @@ uneven contiguous split of the layers so that the slowest stage is as fast as po
 within each device's memory, then checks its best candidates with the simulator.
 
 Model of a candidate (same equations as the simulator, so the ranking agrees with it):
-- stage times F and BW for (device, layers, first/last) come from hops.compute through
+- stage times F and BW for (device, layers, first/last) come from hops.model.compute through
   tiny scenarios (cached), so embedding, LM head, dispatch floor and launch overhead count;
 - memory per stage = weights (12 h^2 bytes per layer, plus the h x V embedding on the
   first stage and the LM head's copy of it on the last) x (1 + optimizer bytes per weight byte)
@@ -36,9 +36,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from .compute import ComputeModel
-from .hardware import Catalog, Topology
-from .scenario import load_scenario
+from hops.model.compute import ComputeModel
+from hops.model.hardware import Catalog, Topology
+from hops.scenario import load_scenario
 
 
 @dataclass(frozen=True)
@@ -267,8 +267,8 @@ class Planner:
     def quick_ms(self, order, layers) -> float:
         """One iteration of 1F1B under expected times in the schedulers' event simulation: it
         sees the warm-up and drain idling the closed-form estimate misses, in ~1 ms."""
-        from .schedulers.base import PipelineMeta
-        from .schedulers.hetero_search import builtin_orders, simulate_policy, static_policy
+        from hops.schedulers.base import PipelineMeta
+        from hops.schedulers.hetero_search import builtin_orders, simulate_policy, static_policy
 
         key = (tuple(d.id for d in order), tuple(layers))
         hit = self._quick.get(key)
@@ -439,7 +439,7 @@ class Planner:
         return self.placement(self.devices, layers)
 
     def simulate(self, placement: Placement, schedule: str, batches: int = 1) -> Placement:
-        from .api import simulate
+        from hops.api import simulate
 
         by_id = {d.id: d for d in self.devices}
         doc = self.t.scenario([by_id[i] for i in placement.order], placement.layers, schedule, batches)
@@ -611,13 +611,13 @@ class Plan3DResult:
 
 class _GroupTable:
     """Per-microbatch stage times, iteration-end costs and memory of a tensor-parallel group of
-    one pool at every layer count and pipeline position, from hops.compute, hops.memory and
-    hops.collectives on a one-stage scenario: the same equations a plan's simulation runs."""
+    one pool at every layer count and pipeline position, from hops.model.compute, hops.model.memory and
+    hops.model.collectives on a one-stage scenario: the same equations a plan's simulation runs."""
 
     POSITIONS = ("first", "mid", "last", "only")
 
     def __init__(self, planner: "Planner3D", k: int, tp: int):
-        from .scenario import derived_compute
+        from hops.scenario import derived_compute
 
         pool, self.planner = planner.pools[k], planner
         self.derived_compute = derived_compute
@@ -660,8 +660,8 @@ class _GroupTable:
         """Exposed data-parallel reduction plus the optimizer step, ms."""
         import dataclasses
 
-        from .collectives import data_parallel_ms
-        from .engine import _optimizer_ms
+        from hops.model.collectives import data_parallel_ms
+        from hops.engine.loop import _optimizer_ms
 
         key = ("end", n, pos, dp)
         hit = self._rows.get(key)
@@ -673,10 +673,10 @@ class _GroupTable:
         return hit
 
     def memory(self, n: int, pos: str, dp: int, in_flight: int) -> float:
-        """Peak MB on each GPU of the group (hops.memory.memory_summary on the one-stage scenario)."""
+        """Peak MB on each GPU of the group (hops.model.memory.memory_summary on the one-stage scenario)."""
         import dataclasses
 
-        from .memory import memory_summary
+        from hops.model.memory import memory_summary
 
         key = ("mem", n, pos, dp)
         hit = self._rows.get(key)
@@ -696,7 +696,7 @@ class Planner3D:
                  stack: str | None = None, sharding: str = "none", cross_node: str = "infiniband",
                  max_pipeline: int = 16, catalog: Catalog | None = None, max_orders: int = 64, span: int = 16,
                  exact_limit: int = 400):
-        from .schema.scenario import DEFAULT_STACK
+        from hops.schema.scenario import DEFAULT_STACK
 
         self.catalog = catalog or Catalog.load()
         self.model, self.pools = dict(model), tuple(pools)
@@ -714,7 +714,7 @@ class Planner3D:
 
     # ------------------------------------------------------------------ inputs
     def _check(self) -> None:
-        from .errors import ScenarioError
+        from hops.errors import ScenarioError
 
         for i, pool in enumerate(self.pools):
             if pool.gpu not in self.catalog.devices:
@@ -754,7 +754,7 @@ class Planner3D:
 
     def dp_options(self, dp: int | None = None) -> list[int]:
         """Degrees that split the batch into whole microbatches and that some pool can host."""
-        from .errors import ScenarioError
+        from hops.errors import ScenarioError
 
         rows = self.global_batch // self.micro_batch_size
         most = max(p.gpus for p in self.pools)
@@ -788,12 +788,12 @@ class Planner3D:
         return out
 
     def topology(self) -> Topology:
-        """One Topology over the whole inventory (hops.hardware's link rules, host caps included);
+        """One Topology over the whole inventory (hops.model.hardware's link rules, host caps included);
         a host without a gpu_link joins its GPUs over PCIe."""
         if self._topology is None:
             from types import SimpleNamespace
 
-            from .scenario import DeviceSpec, LinkOverride
+            from hops.scenario import DeviceSpec, LinkOverride
 
             devices, links = [], []
             pcie = dict(self.catalog.interconnects["pcie"])
@@ -964,7 +964,7 @@ class Planner3D:
     def simulate(self, plan: Plan3D, schedule: str) -> Plan3D:
         import copy
 
-        from .api import simulate
+        from hops.api import simulate
 
         r = simulate(self.scenario(plan, schedule), catalog=self.catalog)
         out = copy.copy(plan)
@@ -976,7 +976,7 @@ class Planner3D:
 
     def plan(self, *, schedules: Sequence[str] = ("1f1b", "zb_h1"), dp: int | None = None, verify_top: int = 3,
              verify: bool = True) -> Plan3DResult:
-        from .errors import HopsError
+        from hops.errors import HopsError
 
         cands, n = [], 0
         for d, seq in self.configurations(dp):

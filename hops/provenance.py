@@ -38,9 +38,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]  # the repository (or install) root holding hops/
 
 MODEL_FILES = (
-    "hops/api.py", "hops/architecture.py", "hops/backward_split.py", "hops/collectives.py", "hops/compute.py", "hops/engine.py", "hops/engine_core.py",
-    "hops/hardware.py", "hops/layer_split.py", "hops/memory.py", "hops/metrics.py", "hops/scenario.py", "hops/scenario_types.py",
-    "hops/timeline.py",
+    "hops/api.py", "hops/scenario.py", "hops/scenario_types.py", "hops/timeline.py", "hops/metrics.py",
+    "hops/model/*.py", "hops/engine/*.py",
     "hops/failures/*.py", "hops/schedulers/*.py", "hops/traces/*.py", "hops/schema/*.py",
     "hops/presets/*.yaml",
     # scoring: how a trace and a simulation become the compared numbers (absent in a bare hops install)
@@ -171,7 +170,7 @@ def model_fingerprint(catalog_overrides: Any = None) -> str:
     `catalog_overrides` is a `Catalog` (the one a run used) or catalog overrides
     (`{"stacks.fixture_megatron.k_floor_ms.default": 1.2}`, `["stacks.fixture_megatron.k_floor_ms.default=1.2"]`) applied to the presets.
     """
-    from .hardware import Catalog
+    from hops.model.hardware import Catalog
 
     catalog = catalog_overrides if isinstance(catalog_overrides, Catalog) else Catalog.load(catalog_overrides)
     values = catalog.values_json()

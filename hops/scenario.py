@@ -14,9 +14,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
-from .architecture import Architecture, vocab_matrices
-from .errors import ScenarioError, echo
-from .scenario_types import DeviceSpec, Distribution, LinkOverride, Scenario, Stage, StageCompute, derived_compute
+from hops.model.architecture import Architecture, vocab_matrices
+from hops.errors import ScenarioError, echo
+from hops.scenario_types import DeviceSpec, Distribution, LinkOverride, Scenario, Stage, StageCompute, derived_compute
 
 SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
 REQUIRED_SECTIONS = ("simulation", "pipeline", "hardware")
@@ -28,10 +28,10 @@ MAX_STAGE_TASKS = 50_000_000
 # --------------------------------------------------------------------------- loading
 def load_document(source: Any) -> tuple[dict, str | None]:
     """Accept a path, a dict or an OmegaConf config; return a plain dict and its source name."""
-    from .schema.document import read_yaml_file
+    from hops.schema.document import read_yaml_file
 
     if isinstance(source, (str, Path)):
-        from .traces.guard import check_path
+        from hops.traces.guard import check_path
 
         path = Path(source)
         check_path(path)  # a held-out fixture's hops.base.yaml (hops.simulate, hops.run) is not read
@@ -67,9 +67,9 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
     """Parse and validate a scenario document against the preset catalog."""
     import warnings
 
-    from .hardware import Catalog
-    from .schema import validate
-    from .schema.legacy import translate
+    from hops.model.hardware import Catalog
+    from hops.schema import validate
+    from hops.schema.legacy import translate
 
     data, src = load_document(source)
     catalog = catalog or Catalog.load()
@@ -82,7 +82,7 @@ def load_scenario(source: Any, catalog=None) -> Scenario:
 
 
 def _check_depth(doc, src) -> None:
-    from .engine import MAX_STAGES
+    from hops.engine.loop import MAX_STAGES
 
     stages = (doc.get("pipeline") or {}).get("stages") if isinstance(doc.get("pipeline"), Mapping) else None
     if isinstance(stages, list) and len(stages) > MAX_STAGES:
@@ -102,8 +102,8 @@ def _choice(value, path, choices, src):
 
 def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     """The engine's Scenario from validated models, plus the checks that need the catalog or cross sections."""
-    from .backward_split import activation_grad_fraction
-    from .schedulers import resolve_scheduler
+    from hops.model.backward_split import activation_grad_fraction
+    from hops.schedulers import resolve_scheduler
 
     pipe, hw, opt = m.pipeline, m.hardware, m.optimizer
     devices, seen = [], set()
@@ -164,7 +164,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                       if accepted else f"scheduler {echo(schedule)} takes no options", src)
 
     if opt.post_validation and not getattr(scheduler, "post_validation", False):
-        from .schedulers import honouring_post_validation
+        from hops.schedulers import honouring_post_validation
 
         _fail("optimizer.post_validation", f"schedule {schedule!r} ignores it (it keeps the barrier before the "
                                            f"optimizer step); expected one of {', '.join(honouring_post_validation())} "
@@ -207,7 +207,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
 
     failure = None
     if m.failure is not None and m.failure.enabled:
-        from .failures.config import from_model
+        from hops.failures.config import from_model
 
         _check_failure_devices(m.failure, devices, src)
         failure = from_model(m.failure)
@@ -235,7 +235,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         stack=stack, architecture=arch,
     )
     if auto:
-        from .layer_split import split_layers
+        from hops.model.layer_split import split_layers
 
         split = split_layers(scenario, catalog)
         scenario = dataclasses.replace(scenario, stages=tuple(
@@ -353,7 +353,7 @@ def _check_failure_devices(f, devices, src) -> None:
 def _check_hops(s: Scenario, catalog, src) -> None:
     """Every consecutive pair of stages on different devices needs a link, and every tensor-parallel
     group a link between its GPUs."""
-    from .hardware import Topology
+    from hops.model.hardware import Topology
 
     topo = Topology(s, catalog)
     for i, st in enumerate(s.stages):

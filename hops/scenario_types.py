@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .architecture import Architecture
-from .schema.scenario import DEFAULT_STACK
+from hops.model.architecture import Architecture
+from hops.schema.scenario import DEFAULT_STACK
 
 
 @dataclass(frozen=True)

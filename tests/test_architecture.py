@@ -9,9 +9,9 @@ import itertools
 import pytest
 
 import hops
-from hops.architecture import Architecture
+from hops.model.architecture import Architecture
 from hops.errors import HopsError
-from hops.hardware import Catalog
+from hops.model.hardware import Catalog
 from hops.scenario import load_scenario
 
 GPT = dict(layers=None, hidden=1024, heads=16, kv_heads=16, ffn_dim=4096, ffn_gated=False, seq_len=2048,
@@ -164,7 +164,7 @@ def test_the_per_stage_compute_form_still_loads_and_ignores_the_architecture_for
 def test_derived_weights_follow_the_schedules_placement_of_the_vocabulary_matrices(tied, counts):
     """ZB-V runs the first and the last chunk on stage 0: it holds the embedding and the LM head
     (one matrix when tied), and the last stage holds only its layers."""
-    from hops.memory import placed_weights_mb
+    from hops.model.memory import placed_weights_mb
 
     model = {"layers": 6, "hidden_dim": 1024, "heads": 16, "seq_len": 2048, "tied_embeddings": tied}
     sc = load_scenario(doc([{"device": f"g{i}", "layers": 2} for i in range(3)], model=model, schedule="zb_v"))

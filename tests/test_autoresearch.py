@@ -20,7 +20,7 @@ from autoresearch import ledger
 from autoresearch.__main__ import main
 from autoresearch.gate import (GateConfig, checksum, citation_violations, golden_path, read_golden)
 from autoresearch.search import SearchError, allowlisted_paths, load_allowlist, select
-from hops.hardware import PRESET_DIR, Catalog, _normalize_overrides
+from hops.model.hardware import PRESET_DIR, Catalog, _normalize_overrides
 from hops.traces.guard import REFUSAL, SplitGuardError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -308,11 +308,11 @@ def test_search_refuses_anything_not_allowlisted_and_nests_trials(env, state, ca
 
 
 def test_search_counts_finished_trials_on_stderr(env, state, capsys, tmp_path, monkeypatch):
-    import hops.progress
+    import hops.run.progress
     from autoresearch.search import run_search
 
-    monkeypatch.setattr(hops.progress, "DELAY_S", 0.0)  # shown at once (2 s on a terminal) ...
-    monkeypatch.setattr(hops.progress, "MIN_INTERVAL_S", 0.0)  # ... at every trial, however fast
+    monkeypatch.setattr(hops.run.progress, "DELAY_S", 0.0)  # shown at once (2 s on a terminal) ...
+    monkeypatch.setattr(hops.run.progress, "MIN_INTERVAL_S", 0.0)  # ... at every trial, however fast
     result = run_search("compute", 2, storage=f"sqlite:///{tmp_path / 'optuna.db'}", only=[COEF], seed=5,
                         progress=True)
     err = capsys.readouterr().err
@@ -350,7 +350,7 @@ def test_an_unreachable_tracking_server_is_one_line_within_seconds(env, state, t
         port = sock.getsockname()[1]  # closed again: nothing listens there
     env_ = {**os.environ, "MLFLOW_TRACKING_URI": f"http://hops:secret@127.0.0.1:{port}"}
     env_.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
-    for argv in (["propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e"],
+    for argv in (["propose", "--hypothesis", "h", "--change-site", "hops/model/compute.py", "--expect", "e"],
                  ["validate", "--split", "train", "--fixture", TRAIN[0]]):
         proc = subprocess.run([sys.executable, "-m", "autoresearch", *argv], cwd=REPO, env=env_, capture_output=True,
                               text=True, timeout=90)  # MLflow's own retries would take minutes
@@ -361,7 +361,7 @@ def test_an_unreachable_tracking_server_is_one_line_within_seconds(env, state, t
 
 
 def test_runs_carry_the_documented_params_metrics_tags_and_artifacts(env, state, capsys):
-    assert run(capsys, "propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e",
+    assert run(capsys, "propose", "--hypothesis", "h", "--change-site", "hops/model/compute.py", "--expect", "e",
                "--title", "host NIC caps")[0] == 0
     assert run(capsys, "gate")[0] == 0
     book = ledger.Ledger()
@@ -406,7 +406,7 @@ def test_log_keeps_iterations_recorded_on_another_machine(env, state, capsys):
     from autoresearch.research_log import collect, render
 
     other = {"iteration": 41, "run_id": "elsewhere", "outcome": "reverted", "hypothesis": "from another clone",
-             "change_site": "hops/engine.py", "expected_effect": "x", "before": {}, "after": None,
+             "change_site": "hops/engine/loop.py", "expected_effect": "x", "before": {}, "after": None,
              "regressions": ["exp: worse"], "reason": "r"}
     ledger.append_iteration(other)
     assert run(capsys, "log")[0] == 0

@@ -1,9 +1,9 @@
-"""The physical default split of a fused backward into B and W (hops/backward_split.py)."""
+"""The physical default split of a fused backward into B and W (hops/model/backward_split.py)."""
 import pytest
 
 import hops
 from builders import pipeline
-from hops.backward_split import activation_grad_fraction
+from hops.model.backward_split import activation_grad_fraction
 from hops.scenario import load_scenario
 
 

@@ -11,7 +11,7 @@ from autoresearch import fit as phase_fit
 from autoresearch.__main__ import main
 from autoresearch.fixtures import list_fixtures
 from autoresearch.search import select
-from hops.hardware import Catalog
+from hops.model.hardware import Catalog
 
 SHAPES = ("exp2_1_all_nodes_run93", "exp2_33_all_nodes_seq4096_run197", "exp2_34_all_nodes_hidden2048_run201")
 

@@ -3,11 +3,11 @@ import pytest
 
 import hops
 from builders import pipeline
-from hops import engine
-from hops.engine_core import (_B, _BW, _F, _W, ARRIVAL, COMPUTE_END, Iteration, Layout, Links, Record,
+from hops.engine import loop as engine
+from hops.engine.events import (_B, _BW, _F, _W, ARRIVAL, COMPUTE_END, Iteration, Layout, Links, Record,
                               SchedulerError, end_iteration)
 from hops.errors import ScenarioError
-from hops.hardware import Catalog
+from hops.model.hardware import Catalog
 from hops.schedulers import OneFOneB, PipelineMeta, Scheduler, ZeroBubble
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 import hops
-from hops.hardware import Catalog
+from hops.model.hardware import Catalog
 from builders import pipeline
 
 

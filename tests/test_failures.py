@@ -171,7 +171,7 @@ def test_long_horizon_is_fast():
 
 def test_progress_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from hops.plots.progress import plot_progress
+    from hops.outputs.plots.progress import plot_progress
 
     out = plot_progress(run(BUSY), tmp_path / "progress.png")
     assert out.stat().st_size > 10_000

@@ -8,8 +8,8 @@ import pytest
 import hops
 from builders import pipeline
 from experiments.hetero_scheduler.lower_bound import run_bound
-from hops.engine import SchedulerError
-from hops.hardware import Catalog
+from hops.engine.loop import SchedulerError
+from hops.model.hardware import Catalog
 from hops.planner import Device, ModelSpec, Planner
 from hops.scenario import load_document
 from hops.schedulers import Scheduler
@@ -147,7 +147,7 @@ def test_no_regression_on_own_stress_configs(name):
 
 
 def test_a_split_backward_pays_the_floor_of_the_kernels_each_half_launches():
-    from hops.compute import W_KERNEL_SHARE
+    from hops.model.compute import W_KERNEL_SHARE
 
     # Six layers of h 1024 at a short sequence (s 128) on A10Gs under the fixture stack (a pass is
     # max(floor, GPU work) + launch): FLOPs, weight and attention-score traffic are below the
@@ -333,7 +333,7 @@ def test_the_plan_never_sees_the_runs_draws():
     scratch (the memo cleared). Under jitter it judges its finalists on draws from its own seed
     (search_seed), never from the run's: the same plan for every run seed again, while a plan made
     from the run seed's own search stream may differ."""
-    from hops import engine
+    from hops.engine import loop as engine
     from hops.scenario import load_scenario
     from hops.schedulers import hetero_search as hs
 
@@ -360,9 +360,9 @@ def test_the_search_draws_come_from_their_own_stream_of_the_given_seed():
     """PipelineMeta.draw_times(seed, n): the compute times as the run draws them (same shape and
     law), from the "search" stream of that seed: reproducible, different for another seed, and
     never the run's compute stream."""
-    from hops import engine
-    from hops.compute import ComputeModel, sample_chunks
-    from hops.hardware import Topology
+    from hops.engine import loop as engine
+    from hops.model.compute import ComputeModel, sample_chunks
+    from hops.model.hardware import Topology
     from hops.scenario import load_scenario
     from hops.schedulers import hetero_search as hs
 
@@ -402,7 +402,7 @@ def test_under_jitter_another_v_order_must_beat_zb_vs_own_on_the_search_draws(na
 def test_under_jitter_the_plan_is_the_finalist_the_search_draws_favour(seed):
     """On random pipelines with 20 % jitter: the chosen one-chunk order's mean over the search's
     draws is no longer than the best built-in's, and within MIN_GAIN of the best finalist's."""
-    from hops import engine
+    from hops.engine import loop as engine
     from hops.scenario import load_scenario
     from hops.schedulers import hetero_search as hs
 

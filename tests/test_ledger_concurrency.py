@@ -69,7 +69,7 @@ def _cli(env, *argv) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-PROPOSE = ("propose", "--hypothesis", "h", "--change-site", "hops/compute.py", "--expect", "e")
+PROPOSE = ("propose", "--hypothesis", "h", "--change-site", "hops/model/compute.py", "--expect", "e")
 
 
 def test_four_concurrent_proposes_open_exactly_one_iteration(tmp_path):

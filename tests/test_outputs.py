@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from hops import simulate
-from hops.outputs import natural_key
+from hops.outputs.files import natural_key
 from hops.timeline import EVENTS_CSV_HEADER, Timeline
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,8 +79,8 @@ def odd_finite_timeline() -> Timeline:
 
 @pytest.mark.parametrize("case", ["simulated", "odd", "odd_finite", "empty"])
 def test_events_csv_bytes_are_those_of_the_row_by_row_writer(tmp_path, monkeypatch, case):
-    """Both writers: Timeline.write_csv (the library's) and hops.outputs.write_events_csv (hops.run's)."""
-    from hops.outputs import write_events_csv
+    """Both writers: Timeline.write_csv (the library's) and hops.outputs.files.write_events_csv (hops.run's)."""
+    from hops.outputs.files import write_events_csv
 
     if case == "simulated":
         tl = simulate(small_scenario()).timeline
@@ -145,25 +145,25 @@ WRAPPER = textwrap.dedent('''
         flag.write_text(str(path))
         time.sleep(600)
 
-    import hops.chrome_trace, hops.outputs, hops.plots, hops.timeline
+    import hops.outputs.chrome_trace, hops.outputs.files, hops.outputs.plots, hops.timeline
 
     if point == "summary":  # the last step: summary.json written to its temporary, not yet renamed
-        orig = hops.outputs.write_text
+        orig = hops.outputs.files.write_text
         def blocked(path, text, **kw):
             if pathlib.Path(path).name == "summary.json":
-                hold(hops.outputs.tmp_path(pathlib.Path(path)))
+                hold(hops.outputs.files.tmp_path(pathlib.Path(path)))
             return orig(path, text, **kw)
-        hops.outputs.write_text = blocked
+        hops.outputs.files.write_text = blocked
     else:
-        owner, name = {"events": (hops.outputs, "write_events_csv"),
-                       "dashboard": (hops.plots, "plot_dashboard"),
-                       "trace": (hops.chrome_trace, "write_chrome_trace")}[point]
+        owner, name = {"events": (hops.outputs.files, "write_events_csv"),
+                       "dashboard": (hops.outputs.plots, "plot_dashboard"),
+                       "trace": (hops.outputs.chrome_trace, "write_chrome_trace")}[point]
         orig = getattr(owner, name)
         def blocked(*args, _orig=orig, **kwargs):
             hold(args[-1])  # the path argument
             return _orig(*args, **kwargs)
         setattr(owner, name, blocked)
-    from hops.run import main
+    from hops.run.app import main
     main(sys.argv[1:])
 ''')
 
@@ -224,7 +224,7 @@ def test_python_m_hops_sweep_reports_a_killed_sweep_as_interrupted(tmp_path):
     assert held.parent == sweep / "1"
     kill(proc)
     assert not (sweep / "sweep_results.csv").exists()
-    table = subprocess.run([sys.executable, "-m", "hops.sweep", str(sweep)], cwd=REPO, capture_output=True,
+    table = subprocess.run([sys.executable, "-m", "hops.run.sweep", str(sweep)], cwd=REPO, capture_output=True,
                            text=True, timeout=120)
     assert table.returncode == 2, table.stderr
     assert "2 of the sweep's jobs did not finish (2 interrupted" in table.stderr

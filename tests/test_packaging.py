@@ -29,8 +29,13 @@ def wheel_env(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheel")
     # setuptools builds in the source tree (build/, *.egg-info): build from a copy, not the checkout
     src = base / "src"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", "mlruns", "build", "*.egg-info", "outputs",
-                                                             "multirun", "fixtures", "__pycache__", ".*cache"))
+    anywhere = shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".*cache")
+    top_level = {"mlruns", "outputs", "multirun", "fixtures"}  # run state at the root; hops/outputs is code
+
+    def ignore(directory, names):
+        return set(anywhere(directory, names)) | (top_level & set(names) if Path(directory) == REPO else set())
+
+    shutil.copytree(REPO, src, ignore=ignore)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w",
                             str(base / "dist")], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr

@@ -22,7 +22,7 @@ import hops
 from builders import pipeline
 from hops.errors import ScenarioError
 from hops.metrics import share
-from hops.physical import MAX_DURATION_MS
+from hops.model.physical import MAX_DURATION_MS
 
 REPO = Path(__file__).resolve().parent.parent
 PAIR = yaml.safe_load((REPO / "conf" / "scenario" / "h100_pair.yaml").read_text())

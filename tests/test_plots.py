@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hops.chrome_trace import stage_track_name, write_chrome_trace
+from hops.outputs.chrome_trace import stage_track_name, write_chrome_trace
 from hops.metrics import summarize
 from hops.timeline import Timeline
 
@@ -231,15 +231,15 @@ def odd_trace_timeline() -> Timeline:
 
 @pytest.mark.parametrize("case", ["gpipe", "odd", "empty", "chunks"])
 def test_chrome_trace_blocks_are_the_bytes_of_one_json_dumps_per_event(tmp_path, monkeypatch, case):
-    """The block formatter (hops.text_columns) against the plain writer it falls back to."""
-    import hops.chrome_trace
+    """The block formatter (hops.outputs.text_columns) against the plain writer it falls back to."""
+    import hops.outputs.chrome_trace
 
     tl = {"gpipe": lambda: gpipe_timeline(5, 7), "odd": odd_trace_timeline,
           "chunks": lambda: with_chunks(gpipe_timeline(5, 7)),
           "empty": lambda: Timeline.from_rows({c: [] for c in COLUMNS}, stage_devices=["a"],
                                               microbatches_per_iteration=1)}[case]()
     fast = write_chrome_trace(tl, tmp_path / "fast.json").read_bytes()
-    monkeypatch.setattr(hops.chrome_trace, "render", lambda *args, **kwargs: None)
+    monkeypatch.setattr(hops.outputs.chrome_trace, "render", lambda *args, **kwargs: None)
     assert write_chrome_trace(tl, tmp_path / "plain.json").read_bytes() == fast
     assert len(load_trace(tmp_path / "fast.json")) >= len(tl)
 
@@ -253,7 +253,7 @@ def assert_png(path):
 
 @pytest.mark.parametrize("stages", [2, 8, 64])
 def test_timeline_png(tmp_path, stages):
-    from hops.plots import plot_timeline
+    from hops.outputs.plots import plot_timeline
 
     tl = gpipe_timeline(stages, 12 if stages == 64 else 24)
     assert_png(plot_timeline(tl, tmp_path / "timeline.png"))
@@ -261,7 +261,7 @@ def test_timeline_png(tmp_path, stages):
 
 @pytest.mark.parametrize("stages", [2, 8, 64])
 def test_dashboard_png(tmp_path, stages):
-    from hops.plots import plot_dashboard
+    from hops.outputs.plots import plot_dashboard
 
     tl = gpipe_timeline(stages, 12 if stages == 64 else 24)
     assert_png(plot_dashboard(full_summary(tl), tl, tmp_path / "dashboard.png"))
@@ -269,21 +269,21 @@ def test_dashboard_png(tmp_path, stages):
 
 def test_dashboard_without_simulator_only_sections(tmp_path):
     """A measured trace has no memory or contention model; the dashboard still renders."""
-    from hops.plots import plot_dashboard
+    from hops.outputs.plots import plot_dashboard
 
     tl = gpipe_timeline(3, 6)
     assert_png(plot_dashboard(summarize(tl), tl, tmp_path / "d.png"))
 
 
 def test_dense_timeline_and_title(tmp_path):
-    from hops.plots import plot_timeline
+    from hops.outputs.plots import plot_timeline
 
     tl = gpipe_timeline(4, 400, iterations=1)   # bars far narrower than a pixel
     assert_png(plot_timeline(tl, tmp_path / "t.png", title="dense"))
 
 
 def test_empty_timeline_does_not_crash(tmp_path):
-    from hops.plots import plot_timeline
+    from hops.outputs.plots import plot_timeline
 
     tl = Timeline.from_rows({c: [] for c in COLUMNS}, stage_devices=["a", "b"], microbatches_per_iteration=1)
     assert_png(plot_timeline(tl, tmp_path / "t.png"))
@@ -291,19 +291,19 @@ def test_empty_timeline_does_not_crash(tmp_path):
 
 
 def test_importing_plots_does_not_import_matplotlib():
-    code = ("import sys, hops.timeline, hops.metrics, hops.plots, hops.chrome_trace; "
+    code = ("import sys, hops.timeline, hops.metrics, hops.outputs.plots, hops.outputs.chrome_trace; "
             "sys.exit(1 if 'matplotlib' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
 def test_plots_and_chrome_trace_are_there_after_import_hops_and_loaded_only_when_used(tmp_path):
-    """README's "Using the library directly": hops.plots.plot_timeline(...) right after `import hops`."""
+    """README's "Using the library directly": hops.outputs.plots.plot_timeline(...) right after `import hops`."""
     code = ("import sys, hops; "
-            "assert 'hops.plots' not in sys.modules and 'hops.chrome_trace' not in sys.modules; "
+            "assert 'hops.outputs.plots' not in sys.modules and 'hops.outputs.chrome_trace' not in sys.modules; "
             "r = hops.simulate('conf/scenario/h100_pair.yaml'); "
-            f"hops.plots.plot_timeline(r.timeline, {str(tmp_path / 't.png')!r}); "
-            f"hops.chrome_trace.write_chrome_trace(r.timeline, {str(tmp_path / 'trace.json')!r}); "
-            "assert 'plots' in dir(hops) and 'chrome_trace' in dir(hops)")
+            f"hops.outputs.plots.plot_timeline(r.timeline, {str(tmp_path / 't.png')!r}); "
+            f"hops.outputs.chrome_trace.write_chrome_trace(r.timeline, {str(tmp_path / 'trace.json')!r}); "
+            "assert 'plots' in dir(hops.outputs) and 'chrome_trace' in dir(hops.outputs)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "MPLBACKEND": "Agg"})
     assert proc.returncode == 0, proc.stderr
@@ -316,7 +316,7 @@ def drawn_figure(monkeypatch, summary, tl, tmp_path, **kw):
     """Render the dashboard and return the matplotlib Figure it saved."""
     from matplotlib.figure import Figure
 
-    from hops.plots import plot_dashboard
+    from hops.outputs.plots import plot_dashboard
 
     seen = []
     orig = Figure.savefig
@@ -387,7 +387,7 @@ def drawn_timeline(monkeypatch, tl, tmp_path):
     """Render the Gantt chart and return the matplotlib Figure it saved."""
     from matplotlib.figure import Figure
 
-    from hops.plots import plot_timeline
+    from hops.outputs.plots import plot_timeline
 
     seen = []
     orig = Figure.savefig
@@ -417,7 +417,7 @@ def legend_labels(fig) -> list[str]:
 
 
 def test_timeline_png_draws_each_chunk_in_its_own_shade_and_hatch_and_names_it(monkeypatch, tmp_path):
-    from hops.plots.timeline_plot import PHASE_COLORS
+    from hops.outputs.plots.timeline_plot import PHASE_COLORS
 
     fig = drawn_timeline(monkeypatch, with_chunks(gpipe_timeline(3, 6, failure=False)), tmp_path)
     for phase in ("F", "B"):
@@ -428,7 +428,7 @@ def test_timeline_png_draws_each_chunk_in_its_own_shade_and_hatch_and_names_it(m
 
 
 def test_dense_chunked_timeline_still_tells_chunks_apart_by_shade(monkeypatch, tmp_path):
-    from hops.plots.timeline_plot import PHASE_COLORS
+    from hops.outputs.plots.timeline_plot import PHASE_COLORS
 
     fig = drawn_timeline(monkeypatch, with_chunks(gpipe_timeline(3, 400, iterations=1, failure=False)), tmp_path)
     assert [tint for tint, _ in shades_of(fig, PHASE_COLORS["F"])] == [0, pytest.approx(0.45)]
@@ -437,7 +437,7 @@ def test_dense_chunked_timeline_still_tells_chunks_apart_by_shade(monkeypatch, t
 
 
 def test_one_chunk_timeline_has_one_collection_per_phase_and_no_chunk_legend(monkeypatch, tmp_path):
-    from hops.plots.timeline_plot import PHASE_COLORS
+    from hops.outputs.plots.timeline_plot import PHASE_COLORS
 
     tl = gpipe_timeline(3, 6)
     assert (tl.chunk[tl.kind == "compute"] == 0).all()  # built without a chunk column: one chunk per stage

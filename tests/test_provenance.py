@@ -2,7 +2,7 @@
 
 hops.provenance.MODEL_FILES is the list. These specifications keep every
 consumer derived from it: each hops/ module is either declared or listed here
-as not moving predictions (so a new module such as hops/collectives.py cannot
+as not moving predictions (so a new module such as hops/model/collectives.py cannot
 slip through), every module the model imports is declared, the pre-commit
 hook selects files from the list at commit time, and the fingerprint ignores
 comments and docstrings but not code or constants.
@@ -25,23 +25,25 @@ SCENARIO = REPO / "conf" / "scenario" / "hetero_pp4.yaml"
 NOT_MODEL = {
     "hops/__init__.py": "re-exports only",
     "hops/errors.py": "exception types",
-    "hops/physical.py": "refuses impossible derived durations and sizes; passes every other value unchanged",
     "hops/provenance.py": "this list and the fingerprint",
-    "hops/run.py": "Hydra app: composes a scenario and writes outputs",
-    "hops/run_dir.py": "locks and clears a run's output directory",
-    "hops/sweep.py": "reports on finished runs",
-    "hops/chrome_trace.py": "an output format of a finished timeline",
-    "hops/outputs.py": "atomic writers and formats of finished results",
-    "hops/text_columns.py": "prints the columns of a finished timeline (events.csv, trace.json)",
-    "hops/run_mlflow.py": "Hydra callback logging finished runs to MLflow",
-    "hops/progress.py": "progress lines on a terminal",
-    "hops/tracking.py": "checks that an MLflow tracking server answers",
+    "hops/run/__init__.py": "the app's package docstring",
+    "hops/run/__main__.py": "`python -m hops.run`",
+    "hops/run/app.py": "Hydra app: composes a scenario and writes outputs",
+    "hops/run/run_dir.py": "locks and clears a run's output directory",
+    "hops/run/sweep.py": "reports on finished runs",
+    "hops/outputs/__init__.py": "lazy access to the writers",
+    "hops/outputs/chrome_trace.py": "an output format of a finished timeline",
+    "hops/outputs/files.py": "atomic writers and formats of finished results",
+    "hops/outputs/text_columns.py": "prints the columns of a finished timeline (events.csv, trace.json)",
+    "hops/run/mlflow_runs.py": "Hydra callback logging finished runs to MLflow",
+    "hops/run/progress.py": "progress lines on a terminal",
+    "hops/run/tracking.py": "checks that an MLflow tracking server answers",
     "hops/planner.py": "placement and 3D planners; not imported by simulate",
     "hops/plan.py": "command line of the 3D planner",
-    "hops/plots/__init__.py": "plots",
-    "hops/plots/dashboard.py": "plots",
-    "hops/plots/progress.py": "progress bar",
-    "hops/plots/timeline_plot.py": "plots",
+    "hops/outputs/plots/__init__.py": "plots",
+    "hops/outputs/plots/dashboard.py": "plots",
+    "hops/outputs/plots/progress.py": "progress bar",
+    "hops/outputs/plots/timeline_plot.py": "plots",
 }
 
 
@@ -49,7 +51,7 @@ def test_every_hops_module_is_declared_a_model_file_or_known_not_to_be_one():
     files = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "hops").rglob("*.py"))
     undeclared = [f for f in files if not provenance.is_model_file(f) and f not in NOT_MODEL]
     assert undeclared == [], "declare these in hops.provenance.MODEL_FILES (or in NOT_MODEL with a reason)"
-    assert provenance.is_model_file("hops/collectives.py")
+    assert provenance.is_model_file("hops/model/collectives.py")
     assert not any(provenance.is_model_file(f) for f in NOT_MODEL)
     assert all(provenance.is_model_file(f"hops/presets/{p.name}") for p in (REPO / "hops" / "presets").glob("*.yaml"))
 
@@ -61,7 +63,7 @@ def test_every_module_the_model_imports_is_declared():
             "if n.split('.')[0] in ('hops', 'autoresearch') and getattr(m, '__file__', None))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     loaded = [Path(f).resolve().relative_to(REPO).as_posix() for f in out.split()]
-    assert "hops/collectives.py" in loaded
+    assert "hops/model/collectives.py" in loaded
     missing = [f for f in loaded if not provenance.is_model_file(f) and f not in NOT_MODEL
                and f != "autoresearch/__init__.py"]
     assert missing == []
@@ -78,7 +80,7 @@ def test_fingerprint_ignores_comments_and_docstrings_but_not_code(tmp_path):
     root = _copy_model(tmp_path)
     base = provenance.code_fingerprint(root)
     assert base == provenance.code_fingerprint(REPO)
-    f = root / "hops" / "collectives.py"
+    f = root / "hops" / "model" / "collectives.py"
     src = f.read_text()
     f.write_text("# a comment that changes nothing\n" + src.replace('"""', '"""Reworded. ', 1) + "\n# end\n")
     assert provenance.code_fingerprint(root) == base, "comments and docstrings cannot buy a new fingerprint"
@@ -103,7 +105,7 @@ def test_the_disk_cache_gives_the_parsed_value_and_is_keyed_on_the_files_bytes(t
     with monkeypatch.context() as m:
         m.setattr(provenance, "code_digest", no_parsing)
         assert provenance.code_fingerprint(root) == parsed  # read from the cache
-    f = root / "hops" / "collectives.py"
+    f = root / "hops" / "model" / "collectives.py"
     stat = f.stat()
     f.write_text(f.read_text().replace("def ", "def _", 1))  # same size would not matter: the bytes are the key
     os.utime(f, ns=(stat.st_atime_ns, stat.st_mtime_ns))
@@ -132,11 +134,11 @@ def test_the_pre_commit_hook_selects_files_from_the_declared_lists():
     assert hook["entry"].startswith("python -m autoresearch precommit")
     assert hook["pass_filenames"] is True and hook["always_run"] is True and "files" not in hook
     model = [p.relative_to(REPO).as_posix() for p in provenance.model_files(REPO)]
-    assert "hops/collectives.py" in model and "hops/presets/model.yaml" in model
+    assert "hops/model/collectives.py" in model and "hops/presets/model.yaml" in model
     gate = ["autoresearch/gate.yaml", "autoresearch/citations.yaml", "autoresearch/golden/train.json",
             "autoresearch/search_space.yaml", "autoresearch/gate.py"]
     assert needs_gate(model + gate) == model + gate
-    assert needs_gate(["README.md", "experiments/hetero_scheduler/run.py", "hops/plots/dashboard.py",
+    assert needs_gate(["README.md", "experiments/hetero_scheduler/run.py", "hops/outputs/plots/dashboard.py",
                        "autoresearch/golden/sub/x.json", "tests/test_engine_physics.py"]) == []
     assert set(GATE_FILES) >= {"autoresearch/gate.yaml", "autoresearch/golden/*.json"}
 
@@ -148,5 +150,5 @@ def test_precommit_skips_the_gate_without_model_files_and_runs_it_with_one(tmp_p
                                         env=env, capture_output=True, text=True)
     p = run("README.md", "docs/failures.md")
     assert p.returncode == 0 and "gate skipped" in p.stdout
-    p = run("README.md", "hops/collectives.py")  # the gate runs (and here finds no fixtures to judge by)
+    p = run("README.md", "hops/model/collectives.py")  # the gate runs (and here finds no fixtures to judge by)
     assert "running the gate" in p.stdout and p.returncode == 2 and "HOPS_FIXTURES" in p.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hops import simulate
-from hops.run import CONF_DIR, SECTIONS, main
+from hops.run.app import CONF_DIR, SECTIONS, main
 from hops.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def test_trace_json_is_chrome_trace_with_stage_and_link_tracks(default_run):
 
 def test_plots_off_and_heavy_libraries_stay_unimported(tmp_path):
     out = tmp_path / "run"
-    code = ("import sys\nfrom hops.run import main\n"
+    code = ("import sys\nfrom hops.run.app import main\n"
             f"main(['output.plots=false', 'hydra.run.dir={out}'])\n"
             "print('HEAVY', sorted(m for m in ('matplotlib', 'mlflow', 'pandas', 'optuna') if m in sys.modules))\n")
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
@@ -239,7 +239,7 @@ def test_a_mistyped_keys_suggestion_is_a_command_that_works(tmp_path, typo):
 
 
 def test_big_cluster_summary_is_compact_and_in_natural_order():
-    from hops.run import memory_lines
+    from hops.run.app import memory_lines
 
     devices = [f"h100_{i}" for i in range(64)]
     s = {"stages": [], "peak_memory_mb": {d: 1000.0 * (1 + i % 50) for i, d in enumerate(devices)},
@@ -339,7 +339,7 @@ def test_sweep_table_only_counts_this_sweep(tmp_path):
     """Jobs left in the sweep dir by an earlier sweep are not reported as this sweep's."""
     import time
 
-    from hops.sweep import write_sweep_table
+    from hops.run.sweep import write_sweep_table
 
     sweep = tmp_path / "sweep"
     summary = {"throughput": {"samples_per_s": 2.0, "microbatches_per_s": 2.0, "iterations_per_s": 0.5},
@@ -354,7 +354,7 @@ def test_sweep_table_only_counts_this_sweep(tmp_path):
     rows = read_csv(write_sweep_table(sweep, since=time.time() - 60))
     assert [(r["job"], r["simulation.seed"], r["status"]) for r in rows] == [("0", "7", "ok")]
     assert rows[0]["peak_memory_max_mb"] == "7.0" and rows[0]["peak_memory_device"] == "b"
-    assert len(read_csv(write_sweep_table(sweep))) == 2  # without `since` (python -m hops.sweep DIR): all
+    assert len(read_csv(write_sweep_table(sweep))) == 2  # without `since` (python -m hops.run.sweep DIR): all
 
 
 # --------------------------------------------------------------------------- README

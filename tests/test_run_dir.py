@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from hops import outputs
-from hops.run_dir import LOCK, OWNER, RUN_OUTPUTS
+from hops.outputs import files as outputs
+from hops.run.run_dir import LOCK, OWNER, RUN_OUTPUTS
 
 REPO = Path(__file__).resolve().parent.parent
 COMPARED = ("summary.json", "events.csv", "scenario.yaml", "timeline.png", "dashboard.png", "trace.json")
@@ -30,16 +30,16 @@ SCENARIOS = ("h100_pair", "hetero_pp4")
 # (HOPS_TEST_HELD is created once it holds the directory and is waiting).
 HELD = textwrap.dedent('''
     import os, pathlib, sys, time
-    import hops.outputs
+    import hops.outputs.files
     held, go = pathlib.Path(os.environ["HOPS_TEST_HELD"]), pathlib.Path(os.environ["HOPS_TEST_GO"])
-    orig = hops.outputs.write_events_csv
+    orig = hops.outputs.files.write_events_csv
     def wait_then_write(*args, **kwargs):
         held.write_text("held")
         while not go.exists():
             time.sleep(0.05)
         return orig(*args, **kwargs)
-    hops.outputs.write_events_csv = wait_then_write
-    from hops.run import main
+    hops.outputs.files.write_events_csv = wait_then_write
+    from hops.run.app import main
     main(sys.argv[1:])
 ''')
 

@@ -12,7 +12,7 @@ import pytest
 
 import hops
 from hops.errors import ScenarioError
-from hops.engine import MAX_STAGES
+from hops.engine.loop import MAX_STAGES
 from hops.metrics import summarize
 from hops.timeline import Timeline
 

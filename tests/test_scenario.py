@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import hops
-from hops.hardware import Catalog, per_gpu
+from hops.model.hardware import Catalog, per_gpu
 from builders import pipeline
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"

@@ -19,7 +19,7 @@ import yaml
 
 import hops
 from builders import pipeline
-from hops.hardware import Catalog, CatalogError, per_gpu
+from hops.model.hardware import Catalog, CatalogError, per_gpu
 from hops.scenario import LegacyScenarioWarning, load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
@@ -408,7 +408,7 @@ def test_a_constant_host_overhead_of_zero_is_valid():
 
 def test_a_one_stage_scenario_draws_its_dashboard(tmp_path):
     pytest.importorskip("matplotlib")
-    from hops.plots import plot_dashboard
+    from hops.outputs.plots import plot_dashboard
 
     doc = {"simulation": {"batches": 3, "microbatches": 8},
            "pipeline": {"stages": [{"device": "g0", "weights_mb": 100,

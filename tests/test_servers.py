@@ -315,16 +315,16 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     assert "parked iteration" in parked_out
     parked_n = parked_out.split("parked iteration ", 1)[1].split(":", 1)[0]
     arscratch.commit(repo, "parked")
-    cli.ok("propose", "--hypothesis", "the untouched tree holds", "--change-site", "hops/compute.py",
+    cli.ok("propose", "--hypothesis", "the untouched tree holds", "--change-site", "hops/model/compute.py",
            "--expect", "aggregates hold")
     assert "PASS" in cli.ok("gate")
     assert "admitted iteration" in cli.ok("admit")
     arscratch.commit(repo, "landed")
-    cli.ok("propose", "--hypothesis", "nothing changed", "--change-site", "hops/compute.py", "--expect", "no gain")
+    cli.ok("propose", "--hypothesis", "nothing changed", "--change-site", "hops/model/compute.py", "--expect", "no gain")
     cli.ok("revert", "--reason", "no change to measure")
     cli.ok("repair")
     cli.ok("log")
-    assert "running the gate" in cli.ok("precommit", "hops/compute.py")  # a staged model file: the gate runs
+    assert "running the gate" in cli.ok("precommit", "hops/model/compute.py")  # a staged model file: the gate runs
     assert "mean |spread|" in cli.ok("noise", "--fixtures", str(fixtures_root))
     # A re-baseline judged against the server and refused (an explanation that names no violation):
     # its evidence is logged there all the same, and the tree goes back to HEAD.
@@ -446,7 +446,7 @@ def test_sweep_jobs_become_nested_mlflow_runs_with_config_metrics_and_artifacts(
 
 def test_a_single_run_logs_one_run_and_without_the_option_mlflow_is_not_even_imported(mlflow_server, tmp_path):
     env = env_with(MLFLOW_TRACKING_URI=mlflow_server["uri"])
-    code = ("import sys; from hops.run import main; main(sys.argv[1:]); "
+    code = ("import sys; from hops.run.app import main; main(sys.argv[1:]); "
             "print('MLFLOW-IMPORTED' if 'mlflow' in sys.modules else 'MLFLOW-NOT-IMPORTED')")
     off = python("-c", code, "output.plots=false", f"hydra.run.dir={tmp_path / 'off'}", env=env)
     assert off.returncode == 0 and "MLFLOW-NOT-IMPORTED" in off.stdout, off.stderr
@@ -515,7 +515,7 @@ SWEEP = ("+scenario=hetero_pp4", "pipeline.schedule=gpipe,1f1b", "simulation.see
 
 
 def test_ray_sweep_rows_equal_the_joblib_sweep_byte_for_byte(ray_cluster, tmp_path):
-    from hops.sweep import METRICS
+    from hops.run.sweep import METRICS
 
     on_ray, on_joblib = tmp_path / "ray", tmp_path / "joblib"
     # On a terminal, as a user runs it: Ray pickles the sweep's callbacks, whose progress line

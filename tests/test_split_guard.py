@@ -205,7 +205,7 @@ def _doors():
     from autoresearch.fixtures import Fixture
     from autoresearch.variants import predict
     from hops import load_scenario, simulate
-    from hops.hardware import Catalog
+    from hops.model.hardware import Catalog
     from hops.traces import fit_link_bench, link_overrides
     from hops.traces.link_bench import bench_files
     from hops.traces.megatron import stage_map, trace_files
@@ -245,7 +245,7 @@ def test_every_door_refuses_a_held_out_fixture_before_reading_it(synthetic_root,
 
 def test_a_fixture_listed_with_the_token_carries_it_through_every_door(synthetic_root, tmp_path):
     from autoresearch.variants import predict
-    from hops.hardware import Catalog
+    from hops.model.hardware import Catalog
 
     (fx,) = list_fixtures(synthetic_root, "test", token=token())
     assert predict("link_calibrated", fx, Catalog.load()).summary["throughput"]["microbatches_per_s"] > 0

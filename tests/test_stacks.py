@@ -10,7 +10,7 @@ import pytest
 
 import hops
 from hops.errors import HopsError
-from hops.hardware import Catalog, CatalogError, Topology, per_gpu
+from hops.model.hardware import Catalog, CatalogError, Topology, per_gpu
 from hops.provenance import model_fingerprint
 from hops.scenario import load_scenario
 

@@ -11,11 +11,11 @@ import copy
 import pytest
 
 import hops
-from hops.architecture import Architecture
-from hops.collectives import ring_allreduce_ms, ring_half_ms
+from hops.model.architecture import Architecture
+from hops.model.collectives import ring_allreduce_ms, ring_half_ms
 from hops.errors import ScenarioError
-from hops.hardware import Catalog
-from hops.memory import layer_activation_bytes
+from hops.model.hardware import Catalog
+from hops.model.memory import layer_activation_bytes
 from hops.scenario import load_scenario
 
 H100 = "h100_sxm"
@@ -114,8 +114,8 @@ def test_the_timeline_and_the_trace_show_the_collectives_inside_their_pass(tmp_p
         assert ends[(int(s), str(ph), float(e))] <= b < e
     import json
 
-    from hops.chrome_trace import write_chrome_trace
-    from hops.plots import plot_timeline
+    from hops.outputs.chrome_trace import write_chrome_trace
+    from hops.outputs.plots import plot_timeline
 
     trace = json.loads(write_chrome_trace(tl, tmp_path / "trace.json").read_text())
     names = {e.get("name") for e in trace["traceEvents"]}

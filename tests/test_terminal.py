@@ -6,7 +6,7 @@ So the app runs here on a pseudo-terminal (tests/terminal.py): a single run, and
 under each launcher that runs on this machine (hops_joblib, hops_submitit_local; hops_ray
 on a pty is in tests/test_servers.py, next to its Ray cluster; hops_slurm has no cluster
 here, and submits through the same submitit executor code as hops_submitit_local).
-`hops.progress` itself is specified with a fake terminal stream and short delays.
+`hops.run.progress` itself is specified with a fake terminal stream and short delays.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import yaml
 from builders import pipeline
 from terminal import lines_as_shown, on_terminal
 
-from hops.progress import Progress
+from hops.run.progress import Progress
 
 
 def app(*args: str) -> list[str]:
@@ -86,7 +86,7 @@ def test_a_multirun_on_a_terminal_runs_every_job(tmp_path, launcher):
             assert line.startswith("[job "), line  # each job's line starts at the margin
 
 
-# --------------------------------------------------------------------------- hops.progress
+# --------------------------------------------------------------------------- hops.run.progress
 class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -132,12 +132,12 @@ def test_progress_counts_phases_and_a_line_written_during_it_stands_alone():
 
 def test_each_counts_the_items_of_a_loop_and_erases_its_line_when_the_loop_ends_early(capsys, monkeypatch):
     """The helper for per-fold / per-trial loops (e.g. a cross-validation's folds)."""
-    import hops.progress
+    import hops.run.progress
 
-    monkeypatch.setattr(hops.progress, "DELAY_S", 0.0)
-    monkeypatch.setattr(hops.progress, "MIN_INTERVAL_S", 0.0)
+    monkeypatch.setattr(hops.run.progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(hops.run.progress, "MIN_INTERVAL_S", 0.0)
     seen = []
-    for fold in hops.progress.each(["a", "b", "c", "d"], "crossval", "fold", enabled=True, label=str.upper):
+    for fold in hops.run.progress.each(["a", "b", "c", "d"], "crossval", "fold", enabled=True, label=str.upper):
         seen.append(fold)
         if fold == "c":
             break
@@ -148,7 +148,7 @@ def test_each_counts_the_items_of_a_loop_and_erases_its_line_when_the_loop_ends_
 
 
 def test_a_sweep_counts_its_finished_jobs_on_disk(tmp_path):
-    from hops.sweep import JobsDone
+    from hops.run.sweep import JobsDone
 
     term = FakeTerminal()
     done = JobsDone(tmp_path, time.time(), Progress(total=3, desc="sweep", unit="job", stream=term, delay=0.0))
@@ -171,7 +171,7 @@ def test_the_sweep_callback_pickles_without_its_progress(tmp_path):
     """Launchers pickle Hydra's callbacks to send them to the jobs."""
     import pickle
 
-    from hops.sweep import JobsDone, SweepTable
+    from hops.run.sweep import JobsDone, SweepTable
 
     table = SweepTable("t.csv")
     table._progress = JobsDone(tmp_path, time.time(), Progress(stream=FakeTerminal()))  # a lock and threads

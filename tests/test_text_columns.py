@@ -1,6 +1,6 @@
 """The block formatter behind events.csv and trace.json prints numbers exactly as Python does.
 
-hops.text_columns builds lines from digit columns instead of `%` per row; these
+hops.outputs.text_columns builds lines from digit columns instead of `%` per row; these
 specifications compare it with Python's own formatting on values chosen to break
 it (rounding ties of "%.6f", -0.0, trailing zeros of a µs time, the largest widths),
 and check that it declines what it cannot print (NaN, huge values, NUL).
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from hops import text_columns as tc
+from hops.outputs import text_columns as tc
 
 
 def lines(parts, codes, fields) -> list[str]:

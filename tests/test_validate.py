@@ -15,7 +15,7 @@ from autoresearch.fixtures import FixtureError, list_fixtures, resolve_root
 from autoresearch.scoring import aggregate, spearman
 from autoresearch.validate import validate
 from autoresearch.variants import VariantError, predict
-from hops.hardware import Catalog, CatalogError
+from hops.model.hardware import Catalog, CatalogError
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = "exp2_13_a10g_pair_pp2_run135"  # a 2-stage fixture: cheap to copy and simulate

@@ -3,7 +3,7 @@ chunks through scenario, compute model and memory accounting."""
 import pytest
 
 import hops
-from hops.hardware import Catalog, per_gpu
+from hops.model.hardware import Catalog, per_gpu
 from builders import pipeline
 
 

@@ -82,10 +82,10 @@ def expected_times(summary: dict):
 def sync_ms(result, catalog=None) -> float:
     """The run's tied-embedding all-reduce between first and last stage (0 if the model has none)."""
     try:
-        from hops.collectives import tied_embedding_sync_ms
+        from hops.model.collectives import tied_embedding_sync_ms
     except ImportError:
         return 0.0
-    from hops.hardware import Catalog, Topology
+    from hops.model.hardware import Catalog, Topology
 
     catalog = catalog or Catalog.load()
     return tied_embedding_sync_ms(result.scenario, catalog, Topology(result.scenario, catalog))

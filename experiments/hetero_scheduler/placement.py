@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hops.compute import stage_layers
-from hops.hardware import Catalog
+from hops.model.compute import stage_layers
+from hops.model.hardware import Catalog
 from hops.planner import Device, ModelSpec, Planner
 from hops.scenario import load_scenario
 

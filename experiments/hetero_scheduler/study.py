@@ -46,7 +46,7 @@ W_KERNEL_SHARE = 0.2
 
 def study_catalog(doc: dict, factor: float):
     """The presets under one split cost, for the training stack the config runs on."""
-    from hops.hardware import Catalog
+    from hops.model.hardware import Catalog
     from hops.schema.scenario import DEFAULT_STACK
 
     stack = (doc.get("pipeline") or {}).get("stack") or DEFAULT_STACK
@@ -88,7 +88,7 @@ def run_config(path: str, factor: float, jitter: float = 0.0, seeds=SEEDS["j0"],
     """All schedulers and seeds of one config under one split cost and compute jitter (one
     process, so the proposed scheduler's search is done once and reused across seeds)."""
     import hops
-    from hops.hardware import Catalog
+    from hops.model.hardware import Catalog
     from hops.scenario import load_document
 
     from .lower_bound import expected_times, memory_bound, run_bound
@@ -148,7 +148,7 @@ def run_config(path: str, factor: float, jitter: float = 0.0, seeds=SEEDS["j0"],
 
 def plan_info(doc: dict, catalog, seed: int) -> dict:
     """What the proposed scheduler chose (its search is memoized, so this costs one replay)."""
-    from hops import engine
+    from hops.engine import loop as engine
     from hops.scenario import load_scenario
 
     plan = engine.run(load_scenario(doc, catalog), catalog, seed).scheduler.plan
@@ -173,7 +173,7 @@ ABLATIONS = {
 
 def run_ablation(path: str, factor: float) -> dict:
     import hops
-    from hops.hardware import Catalog
+    from hops.model.hardware import Catalog
     from hops.scenario import load_document
 
     doc, _ = load_document(path)

@@ -7,8 +7,8 @@ summary.json; `straggler_factors` gives per-device slowdowns for the detailed en
 """
 from __future__ import annotations
 
-from .config import FailureConfig, parse_failure
-from .horizon import (
+from hops.failures.config import FailureConfig, parse_failure
+from hops.failures.horizon import (
     FaultEvent,
     HorizonResult,
     cluster_units,

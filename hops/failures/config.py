@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..schema.failure import DISTRIBUTIONS, EFFECTS, UNITS  # noqa: F401 - re-exported
+from hops.schema.failure import DISTRIBUTIONS, EFFECTS, UNITS  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def parse_failure(section: Mapping | None, path: str = "failure") -> FailureConf
     """Validate a scenario's failure section; None when absent or disabled."""
     if section is None:
         return None
-    from ..schema import validate_failure
+    from hops.schema import validate_failure
 
     model = validate_failure(section, path)
     return from_model(model) if model.enabled else None

@@ -46,8 +46,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .. import physical
-from .config import Component, FailureConfig
+from hops.model import physical
+from hops.failures.config import Component, FailureConfig
 
 MS_PER_HOUR = 3_600_000.0
 MS_PER_MIN = 60_000.0
@@ -207,7 +207,7 @@ def resolve_device_mtbf(cfg: FailureConfig, devices: Sequence[tuple[str, str]],
         elif gpu in preset_mtbf_hours:
             out.append(float(preset_mtbf_hours[gpu]))
         else:
-            from ..errors import ScenarioError
+            from hops.errors import ScenarioError
             raise ScenarioError("failure.devices.mtbf_hours", f"no MTBF for device {dev!r} (gpu {gpu!r})")
     return np.asarray(out, dtype=np.float64)
 
@@ -237,7 +237,7 @@ def straggler_factors(cfg: FailureConfig, device_ids: Sequence[str],
     Draws one uniform per device (in the given order) whether or not it becomes a straggler,
     so a device's factor does not depend on how many stragglers came before it.
     """
-    from ..errors import ScenarioError
+    from hops.errors import ScenarioError
 
     s = cfg.stragglers
     known = set(device_ids)

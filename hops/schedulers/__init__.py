@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import echo
-from .base import DeviceOrderScheduler, PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
-from .classic import GPipe, OneFOneB
-from .hetero_search import HeteroSearch
-from .hops_hetero import HopsHetero
-from .interleaved import Interleaved1F1B
-from .zb_v import ZBV
-from .zero_bubble import ZBH1, ZBH2, ZeroBubble
+from hops.errors import echo
+from hops.schedulers.base import DeviceOrderScheduler, PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task
+from hops.schedulers.classic import GPipe, OneFOneB
+from hops.schedulers.hetero_search import HeteroSearch
+from hops.schedulers.hops_hetero import HopsHetero
+from hops.schedulers.interleaved import Interleaved1F1B
+from hops.schedulers.zb_v import ZBV
+from hops.schedulers.zero_bubble import ZBH1, ZBH2, ZeroBubble
 
 _REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, ZBV, Interleaved1F1B,
                                                                    HopsHetero, HeteroSearch)}

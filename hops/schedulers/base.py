@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from ..errors import ScenarioError
+from hops.errors import ScenarioError
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """GPipe and 1F1B: the two fused-backward schedules every pipeline paper starts from."""
 from __future__ import annotations
 
-from .base import StaticOrderScheduler, Task
+from hops.schedulers.base import StaticOrderScheduler, Task
 
 
 class GPipe(StaticOrderScheduler):

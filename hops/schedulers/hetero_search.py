@@ -73,12 +73,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import ScenarioError
-from .base import (PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, device_maps, whole_option,
+from hops.errors import ScenarioError
+from hops.schedulers.base import (PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, device_maps, whole_option,
                    next_in_device_order)
-from .classic import GPipe, OneFOneB
-from .zb_v import ZBV, list_schedule, v_placement
-from .zero_bubble import ZBH1, ZBH2
+from hops.schedulers.classic import GPipe, OneFOneB
+from hops.schedulers.zb_v import ZBV, list_schedule, v_placement
+from hops.schedulers.zero_bubble import ZBH1, ZBH2
 
 _F, _B, _W, _BW = 0, 1, 2, 3
 _CACHE: dict[tuple, "Plan"] = {}
@@ -144,7 +144,7 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
     """One iteration under expected times (or ``times``, see stage_times), with the engine's rules;
     returns (makespan, orders).
 
-    Mirrors hops.engine: a device runs one task at a time (held until its send is delivered when
+    Mirrors hops.engine.loop: a device runs one task at a time (held until its send is delivered when
     sends block), each directed link is a FIFO, events at equal times resolve in creation order,
     and only the stage an event concerns is asked for work. The backward link s -> s-1 is taken to cost what s-1 -> s costs
     (PipelineMeta carries forward transfer times only).

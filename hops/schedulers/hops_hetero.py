@@ -7,9 +7,9 @@ cost, so fused 1F1B is used.
 """
 from __future__ import annotations
 
-from .base import Scheduler, SchedulerState, Task
-from .classic import OneFOneB
-from .zero_bubble import ZeroBubble
+from hops.schedulers.base import Scheduler, SchedulerState, Task
+from hops.schedulers.classic import OneFOneB
+from hops.schedulers.zero_bubble import ZeroBubble
 
 
 class HopsHetero(Scheduler):

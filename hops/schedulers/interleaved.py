@@ -19,8 +19,8 @@ mv chunk activations, PyTorch's only its warm-up plus one.
 """
 from __future__ import annotations
 
-from .base import DeviceOrderScheduler, PipelineMeta
-from ..errors import ScenarioError
+from hops.schedulers.base import DeviceOrderScheduler, PipelineMeta
+from hops.errors import ScenarioError
 
 
 class Interleaved1F1B(DeviceOrderScheduler):

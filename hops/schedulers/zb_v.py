@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import heapq
 
-from .base import DeviceOrderScheduler, PipelineMeta, whole_option
+from hops.schedulers.base import DeviceOrderScheduler, PipelineMeta, whole_option
 
 
 def v_placement(p: int) -> list[tuple[int, int]]:

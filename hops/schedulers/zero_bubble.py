@@ -29,8 +29,8 @@ maps the name).
 """
 from __future__ import annotations
 
-from .base import PipelineMeta, StaticOrderScheduler, Task
-from ..errors import ScenarioError
+from hops.schedulers.base import PipelineMeta, StaticOrderScheduler, Task
+from hops.errors import ScenarioError
 
 
 class ZBH1(StaticOrderScheduler):

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ScenarioError
-from .failure import FailureModel
-from .scenario import ScenarioModel
+from hops.errors import ScenarioError
+from hops.schema.failure import FailureModel
+from hops.schema.scenario import ScenarioModel
 
 SCHEMA_FILE = Path(__file__).with_name("scenario.schema.json")
 SCHEMA_ID = "https://hops.invalid/schema/scenario.schema.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from . import SCHEMA_FILE, schema_text
+from hops.schema import SCHEMA_FILE, schema_text
 
 
 def main(argv: list[str]) -> int:

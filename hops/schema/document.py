@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ScenarioError, echo
+from hops.errors import ScenarioError, echo
 
 MAX_NODES = 1_000_000  # a PP64 x 1024 scenario is a few hundred nodes; 1e6 is far past any real one
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..errors import echo
-from .fields import (MAX_COUNT, MAX_HORIZON_HOURS, Bool, DictOf, Int, ListOf, Num, Section, Str, check_number,
+from hops.errors import echo
+from hops.schema.fields import (MAX_COUNT, MAX_HORIZON_HOURS, Bool, DictOf, Int, ListOf, Num, Section, Str, check_number,
                      fail, section_defaults, show)
 
 DISTRIBUTIONS = ("exponential", "weibull")

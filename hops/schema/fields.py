@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..errors import ECHO_CHARS, echo
+from hops.errors import ECHO_CHARS, echo
 
 # Sizes above these are refused up front (docs/legacy_scenarios.md#bounds): they are far
 # beyond any real job, and values like 1e300 or 1e9 microbatches would otherwise overflow

@@ -11,8 +11,8 @@ import copy
 import math
 from typing import Any
 
-from ..errors import ScenarioError, echo
-from .scenario import DEFAULT_STACK
+from hops.errors import ScenarioError, echo
+from hops.schema.scenario import DEFAULT_STACK
 
 LEGACY_OUTPUTS = {"summary_json": "summary", "trace_csv": "events", "timeline": "timeline", "dashboard": "dashboard"}
 LEGACY_FAILURE = ("device_failure_probability", "link_failure_probability", "check_interval_ms", "recovery_time_ms")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .fields import MAX_COUNT, Int, ListOf, Num, Section, Str
-from .scenario import DEFAULT_STACK, SHARDINGS, ModelShape
+from hops.schema.fields import MAX_COUNT, Int, ListOf, Num, Section, Str
+from hops.schema.scenario import DEFAULT_STACK, SHARDINGS, ModelShape
 
 
 class PoolModel(Section):

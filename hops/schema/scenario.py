@@ -12,9 +12,9 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..errors import echo
-from .failure import FailureModel
-from .fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, DictOf, Int, ListOf, Num,
+from hops.errors import echo
+from hops.schema.failure import FailureModel
+from hops.schema.fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, DictOf, Int, ListOf, Num,
                      Section, Str, check_number, closed_mapping, fail, section_defaults, show)
 
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -142,7 +142,7 @@ class BackwardSplitModel(Section):
     enabled: Bool = False
     activation_grad_fraction: Num(gt=0, lt=1, description="B's share of the fused backward; default "
                                   "(3h + s) / (6h + s) from the model shape, 1/2 without it "
-                                  "(hops/backward_split.py)") | None = None
+                                  "(hops/model/backward_split.py)") | None = None
 
 
 class ModelShape(Section):
@@ -255,7 +255,7 @@ class DataParallelModel(Section):
     algorithm: Str(("ring", "naive")) = "ring"
     sharding: Str(SHARDINGS, description="none: a gradient all-reduce; zero1 (distributed optimizer) and fsdp: "
                                          "a reduce-scatter of the gradients plus an all-gather of the weights "
-                                         "(hops/collectives.py)") = "none"
+                                         "(hops/model/collectives.py)") = "none"
     interconnect: Str(description="an interconnect preset") | None = None
 
 

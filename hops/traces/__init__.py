@@ -3,7 +3,7 @@
 A trace becomes a Timeline and a link benchmark becomes scenario `overrides`, so
 measured and simulated runs are scored by the same code (README, Real traces and calibration).
 """
-from .link_bench import fit_link_bench, link_overrides
-from .megatron import load_trace
+from hops.traces.link_bench import fit_link_bench, link_overrides
+from hops.traces.megatron import load_trace
 
 __all__ = ["load_trace", "fit_link_bench", "link_overrides"]

@@ -22,7 +22,7 @@ import os
 import posixpath
 from pathlib import Path
 
-from ..errors import HopsError
+from hops.errors import HopsError
 
 HELD_OUT_SPLITS = frozenset({"test"})
 REFUSAL = ("the test split is held out: only `python -m autoresearch checkpoint --split test "

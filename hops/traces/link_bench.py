@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceError, echo
-from .guard import check_fixture_dir, check_path
-from .megatron import json_lines, stage_map
+from hops.errors import TraceError, echo
+from hops.traces.guard import check_fixture_dir, check_path
+from hops.traces.megatron import json_lines, stage_map
 
 SENDER_RANK = 0
 PAIR_RE = re.compile(r"pair_(\d+)_(\d+)\.jsonl$")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceError, echo
-from ..timeline import EVENTS_CSV_HEADER, Timeline
-from .guard import check_fixture_dir, check_path
+from hops.errors import TraceError, echo
+from hops.timeline import EVENTS_CSV_HEADER, Timeline
+from hops.traces.guard import check_fixture_dir, check_path
 
 # Bump when the mapping below changes so stale caches are never served.
 IMPORTER_VERSION = "3"  # 3: events outside their run and times beyond int64 are refused

@@ -3,7 +3,7 @@
 A Hydra callback of the run app (conf/config.yaml, `hydra.callbacks.mlflow_runs`), so the
 simulator library stays free of MLflow: mlflow is imported only when a run asked for it.
 It logs from the launching process once the jobs have finished, reading each job's files
-from disk as `hops.sweep.SweepTable` does. That works for every launcher (joblib worker
+from disk as `hops.run.sweep.SweepTable` does. That works for every launcher (joblib worker
 processes, submitit, Ray), and the tracking store sees one writer per sweep (a sqlite
 store does not take many concurrent writers well).
 
@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
-from .hardware import dotted_items
-from .sweep import _job_num, headline, job_dirs
-from .tracking import TrackingServerError
+from hops.model.hardware import dotted_items
+from hops.run.sweep import _job_num, headline, job_dirs
+from hops.run.tracking import TrackingServerError
 
 try:  # the callback base class (Hydra is there whenever this callback is configured)
     from hydra.experimental.callback import Callback
@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover
     Callback = object  # type: ignore[misc,assignment]
 
 EXPERIMENT = "runs"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = ("summary.json", "scenario.yaml", "timeline.png", "dashboard.png", "progress.png")
 
 
@@ -123,7 +123,7 @@ def tracking_uri() -> str:
 
 
 def redacted_uri() -> str:
-    from .tracking import redact
+    from hops.run.tracking import redact
 
     return redact(tracking_uri())
 
@@ -131,7 +131,7 @@ def redacted_uri() -> str:
 def _client():
     import logging
 
-    from .tracking import check_reachable
+    from hops.run.tracking import check_reachable
 
     check_reachable(tracking_uri())  # before MLflow's minutes of retries against a server that is not there
 

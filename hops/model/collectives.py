@@ -1,6 +1,6 @@
 """Collectives: the data-parallel gradient reduction and the tied-embedding gradient
 all-reduce at the end of an iteration, and the ring times of the tensor-parallel reductions
-inside a pass (hops.compute adds those to the stage's times).
+inside a pass (hops.model.compute adds those to the stage's times).
 
 Megatron-style GPT training keeps a copy of the word embeddings on the last stage for the
 LM head (tied input/output embeddings). After every pipeline flush the two copies' gradients
@@ -32,7 +32,7 @@ def tensor_parallel_ms(size_mb: float, ranks: int, bandwidth_gbps: float, latenc
     sec. 4.2.2) the all-reduce splits into an all-gather before the parallel GEMM and a
     reduce-scatter after it, together the same 2(t-1)/t of the bytes and 2(t-1) steps, so
     the time is the same; what sequence parallelism changes is the activation memory
-    (hops.memory.layer_activation_bytes)."""
+    (hops.model.memory.layer_activation_bytes)."""
     return ring_allreduce_ms(size_mb, ranks, bandwidth_gbps, latency_ms)
 
 
@@ -47,7 +47,7 @@ def data_parallel_link(scenario, catalog, device) -> tuple[float, float]:
         return float(link["bandwidth_gbps"]), float(link["latency_ms"])
     preset = scenario.cross_node or scenario.same_node
     if preset is None:
-        from .errors import ScenarioError
+        from hops.errors import ScenarioError
 
         raise ScenarioError("optimizer.data_parallel.interconnect", "missing; the replicas need a link: give it "
                                                                     "or hardware.interconnect.cross_node")
@@ -63,7 +63,7 @@ def data_parallel_ms(scenario, catalog, topology, backward_ms=None, forward_ms=N
 
     Each GPU of a stage's tensor-parallel group reduces its 1/t of the stage's gradients with
     the same GPU of the other `optimizer.data_parallel.degree` - 1 replicas, t rings side by
-    side (hops.collectives.data_parallel_link). Gradients travel as Megatron keeps them, in
+    side (hops.model.collectives.data_parallel_link). Gradients travel as Megatron keeps them, in
     fp32 main-grad buffers (`embedding_grad_bytes_per_element`, 4 B per parameter under bf16).
     `optimizer.data_parallel.sharding`:
       none   a ring all-reduce of the gradients;

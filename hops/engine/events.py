@@ -30,8 +30,8 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from dataclasses import dataclass
 
-from .errors import HopsError
-from .schedulers import Scheduler, SchedulerState
+from hops.errors import HopsError
+from hops.schedulers import Scheduler, SchedulerState
 
 PHASE_CODES = ("F", "B", "W", "BW")
 _F, _B, _W, _BW = range(4)

@@ -6,12 +6,12 @@ so it works whatever launcher ran the jobs (joblib worker processes, submitit, R
 and writes `<sweep dir>/sweep_results.csv`. Rebuild a table by hand (e.g. after a Slurm
 sweep where some jobs failed, or one that was killed) with:
 
-    python -m hops.sweep multirun/2025-01-01/12-00-00
+    python -m hops.run.sweep multirun/2025-01-01/12-00-00
 
-A job's status is `ok` only if its summary.json exists: hops.run writes it last (hops.outputs).
+A job's status is `ok` only if its summary.json exists: hops.run writes it last (hops.outputs.files).
 A job directory without one is `interrupted`, and so is a job of the sweep's job list
 (multirun.yaml) that never got a directory; both make the sweep exit with code 2.
-While a sweep runs on a terminal, a progress line on stderr counts finished jobs (hops.progress:
+While a sweep runs on a terminal, a progress line on stderr counts finished jobs (hops.run.progress:
 shown past 2 s, erased before the sweep table's line is printed).
 
 Importing this module is cheap (Hydra instantiates callbacks on every run); pandas is
@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from .errors import HopsError
-from .outputs import slowest_stage
+from hops.errors import HopsError
+from hops.outputs.files import slowest_stage
 
 try:  # the callback base class; the table writer itself works without Hydra
     from hydra.experimental.callback import Callback
@@ -64,7 +64,7 @@ class SweepTable(Callback):
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
         self._started = time.time()
-        from .progress import Progress
+        from hops.run.progress import Progress
 
         jobs = _job_list(config.hydra)
         self._progress = JobsDone(Path(str(config.hydra.sweep.dir)), self._started,
@@ -200,7 +200,7 @@ def collect(sweep_dir: Path, since: float | None = None) -> tuple[list[dict], li
         overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
         row: dict[str, Any] = {"job": _job_num(job_dir)}
         _add_overrides(row, overrides, keys)
-        summary_path = job_dir / "summary.json"  # hops.outputs.SUMMARY: written last, so present = complete
+        summary_path = job_dir / "summary.json"  # hops.outputs.files.SUMMARY: written last, so present = complete
         error_path = job_dir / "error.txt"  # hops.run.ERROR_FILE
         if error_path.is_file():
             row["status"] = "error: " + error_path.read_text().strip()
@@ -258,7 +258,7 @@ def failed_jobs(table: Path) -> list[tuple[Any, str]]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not Path(args[0]).is_dir():
-        print("usage: python -m hops.sweep SWEEP_DIR", file=sys.stderr)
+        print("usage: python -m hops.run.sweep SWEEP_DIR", file=sys.stderr)
         return 2
     path = write_sweep_table(Path(args[0]))
     if path is None:

@@ -16,7 +16,7 @@ tqdm draws it. Every redraw goes through `tqdm.update`, which honours tqdm's `de
 nothing was shown, so `close()` would not erase it), which is why callers use `phase()`.
 
 A Progress holds a lock and a thread, so it cannot be pickled; an object that launchers
-pickle (a Hydra callback) must not keep one in its state (see hops.sweep.SweepTable).
+pickle (a Hydra callback) must not keep one in its state (see hops.run.sweep.SweepTable).
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from .errors import ScenarioError, echo
-from .schema.fields import MAX_COUNT, MAX_HORIZON_HOURS
+from hops.errors import ScenarioError, echo
+from hops.schema.fields import MAX_COUNT, MAX_HORIZON_HOURS
 
 # No single step of a training run (one microbatch's compute, one transfer, one optimizer
 # step, one collective) lasts longer than the longest failure horizon HOPS simulates; with
@@ -56,7 +56,7 @@ def check_layout(scenario, devices: list, phys: list, exp: list, opt_ms: list, s
                  msg_mb: float) -> None:
     """The durations a placement decides: each virtual stage's expected F/B/W/BW, each stage's
     optimizer step, the tied-embedding sync and one transfer on every link used.
-    ``devices``: each scenario stage's device parameters (hops.compute.ComputeModel.devices)."""
+    ``devices``: each scenario stage's device parameters (hops.model.compute.ComputeModel.devices)."""
     for k, e in enumerate(exp):
         i = phys[k]
         for name, value in (("forward", e.f), ("backward", e.bw), ("backward B", e.b), ("backward W", e.w)):

@@ -22,7 +22,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from .errors import EXIT_USER_ERROR, HopsError
+from hops.errors import EXIT_USER_ERROR, HopsError
 
 try:  # the callback base class (Hydra is there whenever this callback is configured)
     from hydra.experimental.callback import Callback

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..timeline import Timeline
+from hops.timeline import Timeline
 
 # Colour-blind-friendly-ish palette; the same colours are used by the dashboard.
 PHASE_COLORS = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import HopsError
+from hops.errors import HopsError
 
 PROBE_TIMEOUT_S = 5.0
 

@@ -9,7 +9,7 @@
 Config tree: conf/ at the repository root (conf/config.yaml). Every run writes into
 Hydra's run directory: summary.json, events.csv, timeline.png, dashboard.png,
 trace.json (plus Hydra's .hydra/ with the resolved config); a -m sweep also writes
-<sweep dir>/sweep_results.csv (hops.sweep.SweepTable).
+<sweep dir>/sweep_results.csv (hops.run.sweep.SweepTable).
 
 User errors (bad scenario, bad override, unknown scenario name) end with one line on
 stderr and exit code 2; HYDRA_FULL_ERROR=1 shows the traceback instead.
@@ -24,15 +24,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import EXIT_USER_ERROR, HopsError
-from .outputs import schedule_text, slowest_stage
-from .progress import Progress
+from hops.errors import EXIT_USER_ERROR, HopsError
+from hops.outputs.files import schedule_text, slowest_stage
+from hops.run.progress import Progress
 
 
 def _conf_dir() -> Path:
     """The Hydra config tree: the copy a wheel ships as hops/conf, else the checkout's conf/."""
-    here = Path(__file__).resolve().parent
-    return here / "conf" if (here / "conf" / "config.yaml").is_file() else here.parent / "conf"
+    package = Path(__file__).resolve().parents[1]  # hops/
+    return package / "conf" if (package / "conf" / "config.yaml").is_file() else package.parent / "conf"
 
 
 CONF_DIR = _conf_dir()
@@ -42,7 +42,7 @@ GROUP_SECTIONS = SECTIONS[:-1]  # config groups; `overrides` is a plain key of c
 # `catalog.x.y=v` is passed to Hydra as `++catalog.x.y=v`, so no `+` is needed to add a key.
 # Their keys are validated by hops itself (Catalog.load / the scenario parser).
 OPEN_PREFIXES = ("catalog.", "overrides.", "failure.")
-ERROR_FILE = "error.txt"  # a sweep job's user error, read by hops.sweep
+ERROR_FILE = "error.txt"  # a sweep job's user error, read by hops.run.sweep
 _USER_FULL_ERROR = False  # the user's HYDRA_FULL_ERROR=1 (main() sets the variable for its own use)
 
 
@@ -55,7 +55,7 @@ def task(cfg) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from .outputs import SUMMARY
+    from hops.outputs.files import SUMMARY
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
@@ -71,8 +71,8 @@ def task(cfg) -> float:
 
         import warnings
 
-        from . import simulate
-        from .scenario import LegacyScenarioWarning
+        from hops import simulate
+        from hops.scenario import LegacyScenarioWarning
 
         progress.phase(f"hops: simulating {_size(doc)}")
 
@@ -94,7 +94,7 @@ def task(cfg) -> float:
             exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
         if multirun:
             # One bad combination must not lose the whole sweep: record it for the sweep
-            # table (hops.sweep reports failed jobs and makes the sweep exit with code 2).
+            # table (hops.run.sweep reports failed jobs and makes the sweep exit with code 2).
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / ERROR_FILE).write_text(f"{exc}\n")
             print(f"[job {hc.job.num}] error: {exc}", file=sys.stderr, flush=True)
@@ -150,7 +150,7 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
     """The six-section scenario this job runs, as a plain dict, and a display name."""
     from omegaconf import OmegaConf
 
-    from .errors import ScenarioError
+    from hops.errors import ScenarioError
 
     choices = dict(hc.runtime.choices)
     if cfg.get("scenario_file"):
@@ -158,8 +158,8 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
             raise ScenarioError("scenario_file", "use either +scenario=NAME or scenario_file=PATH, not both")
         from hydra.utils import to_absolute_path
 
-        from .engine import MAX_STAGES
-        from .scenario import load_document
+        from hops.engine.loop import MAX_STAGES
+        from hops.scenario import load_document
 
         path = Path(to_absolute_path(str(cfg.scenario_file)))
         if not path.is_file():
@@ -212,7 +212,7 @@ def catalog_overrides(cfg) -> dict[str, Any]:
     """The run's `catalog.*` mapping flattened to the dotted paths Catalog.load takes."""
     from omegaconf import OmegaConf
 
-    from .hardware import dotted_items
+    from hops.model.hardware import dotted_items
 
     node = cfg.get("catalog")
     return dotted_items(OmegaConf.to_container(node, resolve=True) if node is not None else {})
@@ -220,7 +220,7 @@ def catalog_overrides(cfg) -> dict[str, Any]:
 
 def load_catalog(cfg):
     """Presets with the run's `catalog.*` overrides applied."""
-    from .hardware import Catalog, CatalogError
+    from hops.model.hardware import Catalog, CatalogError
 
     try:
         return Catalog.load(catalog_overrides(cfg))
@@ -235,7 +235,7 @@ def write_outputs(result, run_dir: Path, title: str | None = None,
     A directory without summary.json is an interrupted (or failed) run, never a complete one.
     `progress` is told which file is being written (of how many).
     """
-    from . import outputs
+    from hops.outputs import files as outputs
 
     run_dir.mkdir(parents=True, exist_ok=True)
     out = result.scenario.output
@@ -246,19 +246,19 @@ def write_outputs(result, run_dir: Path, title: str | None = None,
     # exactly what ran: re-run with scenario_file=<this>
     plan.append(("scenario", "scenario.yaml", _scenario_yaml(result.scenario.raw, catalog_overrides)))
     if out.get("plots", True):
-        from .plots import plot_dashboard, plot_timeline  # cheap: matplotlib loads when one draws
+        from hops.outputs.plots import plot_dashboard, plot_timeline  # cheap: matplotlib loads when one draws
 
         plan.append(("timeline", "timeline.png", lambda p: plot_timeline(tl, p, title=title)))
         plan.append(("dashboard", "dashboard.png",  # names scenario + schedule
                      lambda p: plot_dashboard(result.summary, tl, p)))
         if result.extras.get("horizon") is not None:
-            from .plots.progress import plot_progress
+            from hops.outputs.plots.progress import plot_progress
 
             plan.append(("progress", "progress.png", lambda p: plot_progress(result.extras["horizon"], p, title=title)))
     if out.get("chrome_trace", True):
         gz = bool(out.get("chrome_trace_gz", False))
 
-        from .chrome_trace import write_chrome_trace
+        from hops.outputs.chrome_trace import write_chrome_trace
 
         plan.append(("trace", "trace.json.gz" if gz else "trace.json",
                      lambda p: write_chrome_trace(tl, p, compress=gz)))
@@ -328,7 +328,7 @@ COMPACT_DEVICES = 8  # above this many devices the memory line is a digest, not 
 
 def memory_lines(s: dict) -> list[str]:
     """Peak memory per device (pipeline order, then natural: h100_2 before h100_10), or a digest for big clusters."""
-    from .outputs import natural_key
+    from hops.outputs.files import natural_key
 
     peak, cap = s.get("peak_memory_mb", {}), s.get("memory_capacity_mb", {})
     if not peak:
@@ -521,11 +521,11 @@ def main(argv: list[str] | None = None) -> None:
     app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(task)
     try:
         app()
-        from .sweep import FAILED_SWEEPS, SweepError
+        from hops.run.sweep import FAILED_SWEEPS, SweepError
 
         if FAILED_SWEEPS:
             raise SweepError(FAILED_SWEEPS.pop())
-        from .run_mlflow import FAILED as FAILED_MLFLOW
+        from hops.run.mlflow_runs import FAILED as FAILED_MLFLOW
 
         if FAILED_MLFLOW:
             raise HopsError(FAILED_MLFLOW.pop())
@@ -538,16 +538,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {message}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     finally:
-        from .run_dir import release
+        from hops.run.run_dir import release
 
-        release()  # the run dir this process took (hops.run_dir.OwnRunDir), also after a user error's exit
+        release()  # the run dir this process took (hops.run.run_dir.OwnRunDir), also after a user error's exit
         sys.argv = saved_argv
         if not user_full_error:
             os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
 PROG = "python -m hops.run"  # how the user ran us, for suggested commands (`hops` via cli())
-SUBCOMMANDS = {"sweep": "hops.sweep", "autoresearch": "autoresearch.__main__", "plan": "hops.plan"}
+SUBCOMMANDS = {"sweep": "hops.run.sweep", "autoresearch": "autoresearch.__main__", "plan": "hops.plan"}
 
 
 def cli() -> None:
@@ -565,8 +565,4 @@ def cli() -> None:
 
         sub = importlib.import_module(SUBCOMMANDS[sys.argv[1]])
         sys.exit(sub.main(sys.argv[2:]))
-    main()
-
-
-if __name__ == "__main__":
     main()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .scenario_types import Distribution, Scenario
+from hops.scenario_types import Distribution, Scenario
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ class ComputeModel:
         the forward (after the attention's and the MLP's row-parallel GEMM) and 2 in the
         backward (the input gradients of the column-parallel QKV and MLP-up GEMMs); with
         sequence parallelism each all-reduce becomes an all-gather plus a reduce-scatter, the
-        same bytes on the wire (hops.collectives.tensor_parallel_ms). The vocabulary-parallel
+        same bytes on the wire (hops.model.collectives.tensor_parallel_ms). The vocabulary-parallel
         embedding adds one reduction to the first stage's forward, the LM head's copy of its
         input one to the last stage's backward; full recomputation reruns the forward's in the
         backward. The stack says what hides them (``tensor_parallel_overlap``): `none`;
@@ -208,7 +208,7 @@ class ComputeModel:
         and only in a fused backward: a split schedule runs W later); `all`, the collectives
         pipelined with the neighbouring GEMMs in both passes (--tp-comm-overlap).
         """
-        from .collectives import tensor_parallel_ms
+        from hops.model.collectives import tensor_parallel_ms
 
         s, st, m = self.scenario, self.scenario.stages[i], self.model
         group = st.gpus

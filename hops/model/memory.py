@@ -5,11 +5,11 @@ before it runs (hetero_search chooses between placements at configure time).
 """
 from __future__ import annotations
 
-from . import outputs
-from .architecture import vocab_matrices
-from .compute import stage_layers
-from .hardware import Catalog, Topology
-from .scenario_types import Scenario
+from hops.outputs import files as outputs
+from hops.model.architecture import vocab_matrices
+from hops.model.compute import stage_layers
+from hops.model.hardware import Catalog, Topology
+from hops.scenario_types import Scenario
 
 
 def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float,
@@ -26,7 +26,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
     v = virtual_stages or sc.virtual_stages
     # a distributed optimizer (ZeRO-1) or FSDP shards the optimizer state over the replicas; FSDP
     # under pipelining keeps the stage's weights gathered from the first forward to the last
-    # backward, so at the peak it holds what ZeRO-1 holds (hops.collectives.data_parallel_ms)
+    # backward, so at the peak it holds what ZeRO-1 holds (hops.model.collectives.data_parallel_ms)
     state_share = sc.dp_degree if sc.dp_sharding != "none" else 1
     peak: dict[str, float] = {}
     for i, st in enumerate(sc.stages):
@@ -63,7 +63,7 @@ def layer_activation_bytes(sc: Scenario, catalog: Catalog, tp: int = 1) -> float
     s b h (10 + 24/t + 5 a s / (h t)); with sequence parallelism too, s b h / t (34 + 5 a s / h);
     selective recomputation drops the 5 a s / h term (the scores), and so does a flash kernel,
     which never stashes them. The 34 (and its split) is generalised to grouped-query attention
-    and gated FFNs in hops.architecture. Full recomputation stashes only the layer's input
+    and gated FFNs in hops.model.architecture. Full recomputation stashes only the layer's input
     (2 s b h bytes in bf16, split t ways under sequence parallelism).
     """
     arch, stack = sc.architecture, catalog.stacks[sc.stack]
@@ -81,7 +81,7 @@ def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | No
 
     A schedule that runs the last chunk somewhere other than the last stage (ZB-V's V runs it
     on the first) puts the LM head's h x V matrix there too, with its optimizer state, the
-    placement the optimizer step and the tied-embedding all-reduce follow (hops.engine).
+    placement the optimizer step and the tied-embedding all-reduce follow (hops.engine.loop).
     That stage gains the matrix unless it already holds it: tied embeddings share the first
     stage's. The stage that no longer runs the head keeps its stated ``weights_mb``:
     scenarios state layer weights as often as layer + head weights (every shipped one and

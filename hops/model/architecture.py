@@ -92,7 +92,7 @@ class Architecture:
 
     def stage_work(self, layers: float, micro_batch: int) -> tuple[float, float, float]:
         """(GEMM TFLOP, attention-core TFLOP, element-wise MB) of `layers` layers' forward for one
-        micro-batch. The LM head and the embedding are not here: hops.compute adds them to the
+        micro-batch. The LM head and the embedding are not here: hops.model.compute adds them to the
         stages that run them (the last and the first model chunk)."""
         b = layers * micro_batch
         return b * self.dense_flops() / 1e12, b * self.attention_flops() / 1e12, b * self.elementwise_bytes() / 1e6

@@ -2,7 +2,7 @@
 
 This module sets a run up (layout, links, drawn durations, the scheduler) and loops over
 iterations; the event steps themselves (compute end, transfer arrival, iteration end) are
-in hops.engine_core, each a small method over explicit state. An event touches at most the
+in hops.engine.events, each a small method over explicit state. An event touches at most the
 stage it concerns (or the stages sharing its device), and setup is one pass over stages and
 the links actually used, so time and memory grow linearly with tasks, stages and links.
 All randomness is drawn up front, per component, from Generators spawned from the scenario
@@ -36,16 +36,16 @@ from itertools import chain
 
 import numpy as np
 
-from . import physical
-from .collectives import data_parallel_ms, iteration_end_stall_ms, tied_embedding_sync_ms
-from .compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chunks
-from .engine_core import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration,
+from hops.model import physical
+from hops.model.collectives import data_parallel_ms, iteration_end_stall_ms, tied_embedding_sync_ms
+from hops.model.compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chunks
+from hops.engine.events import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration,
                           end_iteration_post_validated)
-from .errors import HopsError, ScenarioError
-from .hardware import Catalog, Topology
-from .memory import memory_summary
-from .schedulers import PipelineMeta, Scheduler, resolve_scheduler
-from .timeline import Timeline
+from hops.errors import HopsError, ScenarioError
+from hops.model.hardware import Catalog, Topology
+from hops.model.memory import memory_summary
+from hops.schedulers import PipelineMeta, Scheduler, resolve_scheduler
+from hops.timeline import Timeline
 
 # RNG streams: one child of the scenario seed per component, in this fixed order ("search": what
 # a scheduler may draw while it plans, PipelineMeta.draw_times; appended, so the others keep their draws).
@@ -119,7 +119,7 @@ def activation_mb(scenario, catalog: Catalog) -> float:
 
 def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topology | None = None,
         on_iteration: Callable[[int, int], None] | None = None) -> EngineResult:
-    """Simulate every iteration of the scenario; the steps live in hops.engine_core.
+    """Simulate every iteration of the scenario; the steps live in hops.engine.events.
 
     ``on_iteration(done, total)`` is called after each iteration (a progress line counts them)."""
     seed = scenario.seed if seed is None else int(seed)
@@ -156,7 +156,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     samples = sample_chunks(compute, placement, exp, rngs["compute"], n_total)
     stragglers = {}
     if scenario.failure is not None:  # per-device slowdowns (fixed or drawn) stretch that device's compute
-        from .failures import straggler_factors
+        from hops.failures import straggler_factors
 
         # a tensor-parallel group runs at its slowest GPU's pace
         group_of = {st.device: st.gpus for st in scenario.stages}
@@ -254,7 +254,7 @@ class Placed:
 
 
 def lay_out(ctx: _Context, placement) -> Placed:
-    """Placed for this placement; hops.engine.run lays out the schedule's, then the scheduler's choice."""
+    """Placed for this placement; hops.engine.loop.run lays out the schedule's, then the scheduler's choice."""
     sc = ctx.scenario
     p = len(placement)
     phys = [i for i, _ in placement]

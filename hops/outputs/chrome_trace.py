@@ -17,7 +17,7 @@ Why this layout:
   start at ~1.7e15 µs). Start and end are rounded to whole ns first and `dur` is
   their difference: rounding `ts` and `dur` separately made back-to-back events
   overlap by 1 ns, which Perfetto draws as a second lane for every stage.
-- Events are printed a block of rows at a time (hops.text_columns: the text a few
+- Events are printed a block of rows at a time (hops.outputs.text_columns: the text a few
   hundred device / phase / track combinations share, plus digit columns), not one
   json.dumps or `%` per event, and streamed to the file: a million-event trace costs
   well under the simulation that produced it. The bytes are those json.dumps would
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .text_columns import INT, US, combine, factorize, render
-from .timeline import KINDS, PHASES, Timeline
+from hops.outputs.text_columns import INT, US, combine, factorize, render
+from hops.timeline import KINDS, PHASES, Timeline
 
 STAGES_PID, LINKS_PID, CLUSTER_PID = 1, 2, 3
 GZIP_LEVEL = 3  # levels 1-3 compress this text equally fast (~120 MB/s), 3 the smallest; 6 takes 2.3x longer

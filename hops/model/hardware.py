@@ -20,9 +20,9 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .errors import HopsError, echo
+from hops.errors import HopsError, echo
 
-PRESET_DIR = Path(__file__).parent / "presets"
+PRESET_DIR = Path(__file__).parents[1] / "presets"
 CATALOG_FILES = {"devices": "devices.yaml", "interconnects": "interconnects.yaml", "model": "model.yaml",
                  "stacks": "stacks.yaml", "hosts": "hosts.yaml"}
 # What a stack's choice keys may say (stacks.yaml explains each).

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..timeline import Timeline
-from .timeline_plot import COMM_COLORS, PHASE_COLORS, _short
+from hops.timeline import Timeline
+from hops.outputs.plots.timeline_plot import COMM_COLORS, PHASE_COLORS, _short
 
 _BAR = PHASE_COLORS["F"]
 _DPI = 110
@@ -59,7 +59,7 @@ def _link_order(links, stage_devices) -> list[tuple[str, int]]:
 
 
 def _latencies(tl: Timeline) -> np.ndarray:
-    from ..metrics import _microbatch_latencies, measured_window
+    from hops.metrics import _microbatch_latencies, measured_window
 
     try:
         w = measured_window(tl)[0]
@@ -111,7 +111,7 @@ def plot_dashboard(summary: dict, timeline: Timeline, path, *, title: str | None
 
     The header names the scenario and the schedule that ran (`title` replaces that part).
     """
-    from ..outputs import scenario_label, schedule_text
+    from hops.outputs.files import scenario_label, schedule_text
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -3,7 +3,7 @@
 Every file is written to a temporary name in the same directory and renamed into
 place, so a killed run never leaves a half-written file under its final name, and
 summary.json is written last: a run directory with a summary.json is a complete run
-(hops.sweep relies on this to tell finished jobs from interrupted ones).
+(hops.run.sweep relies on this to tell finished jobs from interrupted ones).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def schedule_text(summary: dict) -> str:
     sched = summary.get("schedule", "?")
     eff = summary.get("scheduler_effective")
     try:
-        from .schedulers import resolve_scheduler
+        from hops.schedulers import resolve_scheduler
 
         own_name = resolve_scheduler(sched).name
     except Exception:  # noqa: BLE001 - display only
@@ -108,8 +108,8 @@ def write_events_csv(timeline, path: str | Path) -> None:
     """
     import numpy as np
 
-    from . import text_columns as tc
-    from .timeline import EVENTS_CSV_HEADER, KINDS, PHASES, _csv_field
+    from hops.outputs import text_columns as tc
+    from hops.timeline import EVENTS_CSV_HEADER, KINDS, PHASES, _csv_field
 
     tl = timeline
     kinds, kind_c = tc.factorize(tl.kind, KINDS)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .compute import ComputeModel
-from .hardware import Catalog, Topology
-from .scenario_types import derived_compute
-from .schedulers import resolve_scheduler
+from hops.model.compute import ComputeModel
+from hops.model.hardware import Catalog, Topology
+from hops.scenario_types import derived_compute
+from hops.schedulers import resolve_scheduler
 
 
 def split_layers(scenario, catalog: Catalog) -> list[int]:
@@ -20,7 +20,7 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
     scenario's device order, that minimises the slowest stage's forward + backward per
     microbatch (the pace of 1F1B's steady state), with at least one layer per stage.
 
-    Stage times come from hops.compute for the scenario's own stack and devices, so the
+    Stage times come from hops.model.compute for the scenario's own stack and devices, so the
     embedding and the LM head count where the schedule places the first and the last model
     chunk (ZB-V's V runs both on the first stage). Exact by dynamic
     programming over (stage, layers so far); ties go to the smaller total. Unlike hops.planner.plan, it

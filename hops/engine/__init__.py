@@ -1,0 +1,1 @@
+"""The discrete-event engine: a scenario and a scheduler in, a Timeline out."""

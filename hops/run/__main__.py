@@ -1,0 +1,4 @@
+"""`python -m hops.run`."""
+from hops.run.app import main
+
+main()
