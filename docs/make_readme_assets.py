@@ -115,15 +115,17 @@ def literature() -> str:
 def study() -> str:
     doc = json.loads(STUDY.read_text())
     rows = ["| configs | split cost | jitter | seeds | hetero_search vs zb_h1 (target ≥ +3 %) | worst vs the best "
-            "built-in within ZB-H1's memory (target ≥ -0.5 %) | regressions beyond 0.5 % | worst, regressions on "
-            "seeds 101-103 only |", "|---|---|---|---|---|---|---|---|"]
+            "barrier built-in within ZB-H1's memory (target ≥ -0.5 %) | regressions beyond 0.5 % | worst, regressions "
+            "on seeds 101-103 only | hetero_search_pv: worst vs the best built-in within ZB-H1's memory, barrier or "
+            "post-validated (target ≥ -0.5 %), regressions |", "|---|---|---|---|---|---|---|---|---|"]
     for key, t in doc["targets"].items():
         group, cost, jit = key.split("/")
         seeds, first = doc["seeds"][jit], doc["targets_first_seeds"].get(key)
         rows.append(f"| {group} | {cost} | {doc['jitter'][jit] * 100:g} % | {len(seeds)} | "
                     f"{t['mean_improvement_vs_zb_h1_pct']:+.2f} % | {t['worst_vs_best_builtin_pct']:+.2f} % | "
                     f"{t['regressions']} | " + (f"{first['worst_vs_best_builtin_pct']:+.2f} %, {first['regressions']}"
-                                               if first else "(the same seeds)") + " |")
+                                               if first else "(the same seeds)") + " | "
+                    f"{t['pv_worst_vs_best_builtin_pct']:+.2f} %, {t['pv_regressions']} |")
     rt, prov = doc["runtime_s"], doc["provenance"]
     return (f"`python -m experiments.hetero_scheduler --jobs {rt['jobs']}`: {rt['total']:.0f} s wall "
             f"({rt['grid']:.0f} s grid), git {prov['git']}, hops code {prov['code_fingerprint']}"

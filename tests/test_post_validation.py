@@ -104,14 +104,14 @@ def test_dependencies_and_one_task_at_a_time_hold_across_overlapping_iterations(
             assert done[(s - 1, j, "B")][0] >= done[(s, j, "B")][1] - 1e-9
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "hops_hetero", "hetero_search"])
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "hops_hetero"])
 def test_a_schedule_that_keeps_the_barrier_refuses_post_validation_in_one_line(schedule):
     sc = pipeline(4, 8, schedule=schedule, split=0.5)
     sc["optimizer"]["post_validation"] = True
     with pytest.raises(hops.ScenarioError) as err:
         hops.simulate(sc)
     assert str(err.value) == (f"optimizer.post_validation: schedule {schedule!r} ignores it (it keeps the barrier "
-                              "before the optimizer step); expected one of zb_h1, zb_h2, zb_v, zero_bubble or "
+                              "before the optimizer step); expected one of hetero_search, zb_h1, zb_h2, zb_v, zero_bubble or "
                               "post_validation: false")
 
 

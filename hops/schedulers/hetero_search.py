@@ -46,6 +46,20 @@ winners -- by their mean makespan over those draws, with the rules the expected 
 a searched order must beat the best built-in of its placement by MIN_GAIN, the V the
 one-chunk plan by MIN_GAIN. A plan that ties zb_v's order therefore runs zb_v's order.
 
+Under optimizer post-validation (``optimizer.post_validation: true``: no barrier between
+iterations, each device starts its next one when its own optimizer step is done) one
+iteration's makespan is the wrong measure: an order whose devices finish in the order they
+start overlaps the next iteration, and zb_v's building-block rule reaches zero steady-state
+bubble that way. So the finalists (the built-ins, zb_v's rule orders and -- planned over two
+iterations with that rule among its candidates, ZBV configured with the same meta -- zb_v's
+post-validated order as the V's built-in, and the search's winners) are judged as zb_v judges
+its candidates there: their fixed orders replayed over two iterations back to back
+(iterations_of, back_to_back), at the expected times or, under jitter, on the mean of draws
+of two iterations' times; the V's fused-or-split descent replays two iterations too and may
+start from zb_v's order. The one-chunk greedy descent still plans one iteration (its policy
+knows no iterations); its winner is one finalist among the others. With the barrier nothing
+of this runs, and the plans are the one-iteration ones.
+
 Options: max_in_flight, extra_in_flight, search_passes (coordinate-descent passes, 2),
 search_budget (simulated tasks, 2e5 for each placement, so a 16 x 64 pipeline configures in
 under 1 s at jitter 0: benchmarks/scheduler_bench.py), per_microbatch (False: each stage
@@ -68,6 +82,7 @@ from that description, not from its code.
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 from statistics import fmean
 from typing import Callable, Sequence
 
@@ -270,6 +285,29 @@ def stage_times(meta: PipelineMeta):
     """Per (virtual) stage: F, B, W and BW durations of each microbatch, at the expected times."""
     m = meta.n_microbatches
     return [tuple([x] * m for x in (meta.f[k], meta.b[k], meta.w[k], meta.bw[k])) for k in range(meta.n_stages)]
+
+
+def iterations_of(meta: PipelineMeta) -> int:
+    """Iterations a plan is judged over: under optimizer post-validation two back to back, as
+    zb_v plans them (no barrier, so the next iteration's start fills this one's drain and an
+    order that ends early on the devices that start first gains); else one (the flush)."""
+    return 2 if meta.post_validation else 1
+
+
+def back_to_back(meta: PipelineMeta) -> PipelineMeta:
+    """The meta of iterations_of(meta) iterations run as one (microbatch j of iteration i numbered
+    i m + j), so the replays here time them; the meta itself when that is one."""
+    its = iterations_of(meta)
+    return meta if its == 1 else replace(meta, n_microbatches=meta.n_microbatches * its)
+
+
+def repeat_orders(orders, m: int, iterations: int):
+    """Per-stage (phase, j) or per-device (stage, phase, j) orders run ``iterations`` times in a
+    row, microbatches renumbered as back_to_back numbers them: what the engine runs without the
+    barrier, each device starting its next iteration's order when it has finished this one's."""
+    if iterations == 1:
+        return orders
+    return [[t[:-1] + (t[-1] + i * m,) for i in range(iterations) for t in o] for o in orders]
 
 
 def static_policy(orders: Sequence[Sequence[Task]]):
@@ -599,11 +637,12 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
     expected = (list(meta.f), list(meta.b), list(meta.w), xfer)
     device_of, hosted = device_maps(v_placement(p))
     evaluated = 0
+    its, meta_e = iterations_of(meta), back_to_back(meta)
 
     def run(orders) -> float:
         nonlocal evaluated
         evaluated += 1
-        return replay_device_orders(meta, orders, device_of)
+        return replay_device_orders(meta_e, repeat_orders(orders, m, its), device_of)
 
     best = None
     seen = set()
@@ -628,12 +667,19 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
         return None
     # zb_v's own order (one of the rule orders, picked by its own replay) is the V's built-in:
     # under jitter another order must beat it by MIN_GAIN (choose_under_draws)
+    # (under post-validation zb_v plans its order over two iterations, its building-block rule
+    # among the candidates, so that order is not one of the rule orders above: the descent may
+    # start from it too)
     zbv = ZBV()
     zbv.configure(meta)
     if max(v_peak_chunks(zbv.order)) <= cap_chunks:
         own = tuple(tuple(o) for o in zbv.order)
         candidates = {label: o for label, o in candidates.items() if tuple(tuple(x) for x in o) != own}
         candidates["built-in zb_v"] = zbv.order
+        if its > 1:
+            t = run(zbv.order)
+            if t < best[0] - 1e-9:
+                best = (t, zbv.order, "zb_v's post-validated order")
     best_t, base, label = best
     # Fused-or-split per device: a coordinate descent from all-split, busiest devices first.
     split_of = [bytearray(b"\x01" * m) for _ in range(n)]
@@ -698,6 +744,8 @@ def mean_under_draws(meta: PipelineMeta, orders, draws, per_device: bool) -> flo
 
 def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
     """Under jitter: the finalist whose fixed orders run shortest on average over the draws.
+    Under post-validation: the finalist whose orders run shortest over two iterations back to
+    back (iterations_of; on average over the draws, each then two iterations' times, under jitter).
 
     Why: the search plans at the expected times, where a plan's margin can be smaller than what
     jitter does to a fixed order (a fused backward leaves no W to fill a late input; a V sends
@@ -708,25 +756,31 @@ def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
     draws come from the search's own stream (jitter_draws), never from the run's: the run's
     times are drawn after the plan is fixed. Memoized on the finalists and the draws.
     """
-    if draws is None:
+    its = iterations_of(meta)
+    if draws is None and its == 1:
         return plan
     per_device = plan.device_orders is not None
-    key = ("draws", per_device, meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w),
+    key = ("draws", its, per_device, meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w),
            tuple(meta.bw), tuple(meta.devices), tuple(meta.transfer_ms), meta.blocking_send,
            tuple((label, tuple(map(tuple, o))) for label, o in plan.candidates.items()),
-           hash(tuple(x for d in draws for st in d for ph in st for x in ph)))
+           None if draws is None else hash(tuple(x for d in draws for st in d for ph in st for x in ph)))
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    means = {label: mean_under_draws(meta, o, draws, per_device) for label, o in plan.candidates.items()}
+    m = meta.n_microbatches
+    runs = [None] if draws is None else draws  # None: the expected times
+    means = {label: mean_under_draws(back_to_back(meta), repeat_orders(o, m, its), runs, per_device)
+             for label, o in plan.candidates.items()}
     best = min(means, key=means.get)
     builtins = [label for label in means if label.startswith("built-in")]
     if builtins and not best.startswith("built-in"):
         ref = min(builtins, key=means.get)
         if means[best] > means[ref] * (1.0 - MIN_GAIN):
             best = ref
-    label = f"{best}, chosen on the mean of {len(draws)} jitter draws"
-    evaluated = plan.evaluated + len(means) * len(draws)
+    over = "" if its == 1 else " of two iterations back to back"
+    label = (f"{best}, chosen on two iterations back to back" if draws is None
+             else f"{best}, chosen on the mean of {len(draws)} jitter draws{over}")
+    evaluated = plan.evaluated + len(means) * len(runs)
     if per_device:
         out = v_plan(meta, means[best], plan.candidates[best], "V: " + label, evaluated)
     else:
@@ -750,6 +804,7 @@ class HeteroSearch(StaticOrderScheduler):
     simulation at the expected times finds shorter within the activation cap."""
 
     name = "hetero_search"
+    post_validation = True  # under it, plans are judged over two iterations back to back (iterations_of)
     option_names = ("extra_in_flight", "jitter_draws", "max_in_flight", "per_microbatch", "placement",
                     "search_budget", "search_passes", "search_seed")
 
@@ -782,20 +837,22 @@ class HeteroSearch(StaticOrderScheduler):
         plan = None
         if v == 1 and mode != "v":
             plan = search(meta, [cap] * p, passes, budget, bool(self.options.get("per_microbatch", True)))
-            plan = choose_under_draws(meta, plan, jitter_draws(meta, seed, n_draws))
+            plan = choose_under_draws(meta, plan, jitter_draws(back_to_back(meta), seed, n_draws))
         meta_v = meta if v == 2 else (meta.layout_for(v_placement(p)) if meta.layout_for and mode != "one_chunk"
                                       and p > 1 else None)
         if meta_v is not None:
             vplan = search_v_cached(meta_v, 2 * cap, passes, budget)
             if vplan is not None:
-                vplan = choose_under_draws(meta_v, vplan, jitter_draws(meta_v, seed, n_draws))
+                vplan = choose_under_draws(meta_v, vplan, jitter_draws(back_to_back(meta_v), seed, n_draws))
             # The V replaces the one-chunk plan only when it predicts more than MIN_GAIN: it sends
             # twice the messages, so under jitter a tie is better left to the one-chunk order.
             # Compared end to end: the V needs no tied-embedding all-reduce (both ends on device 0)
             # but moves the LM head's optimizer step there (meta.flush_ms of each placement).
             # A placement that overruns a device's memory loses to one that fits, whatever its time.
-            t_one = plan.makespan + meta.flush_ms if plan is not None else float("inf")
-            t_v = vplan.makespan + meta_v.flush_ms if vplan is not None else float("inf")
+            # (Under post-validation the makespans are of two iterations, so each has two flushes.)
+            its = iterations_of(meta)
+            t_one = plan.makespan + its * meta.flush_ms if plan is not None else float("inf")
+            t_v = vplan.makespan + its * meta_v.flush_ms if vplan is not None else float("inf")
             alts = {"one_chunk": t_one, "v": t_v}
             fit_one = plan is not None and fits(meta, [peak_in_flight(o) for o in plan.orders])
             fit_v = vplan is not None and fits(meta_v, [peak_in_flight([(ph, j) for _, ph, j in o])
@@ -837,7 +894,7 @@ def v_plan(meta: PipelineMeta, makespan: float, dev_orders, label: str, evaluate
 def search_v_cached(meta: PipelineMeta, cap_chunks: int, max_passes: int, budget: float) -> Plan | None:
     """search_v as a Plan over the V placement (memoized like search)."""
     key = ("v", meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w), tuple(meta.bw),
-           tuple(meta.devices), tuple(meta.transfer_ms), cap_chunks, max_passes, budget)
+           tuple(meta.devices), tuple(meta.transfer_ms), cap_chunks, max_passes, budget, meta.post_validation)
     if key in _CACHE:
         return _CACHE[key]
     r = search_v(meta, cap_chunks, max_passes, budget)
