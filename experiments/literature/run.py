@@ -75,7 +75,8 @@ def within(row: dict) -> bool:
     the published figure is 0, printed as 0 (below ZERO)."""
     if row["published"] == 0:
         return abs(row["predicted"]) < ZERO
-    return abs(row["error_%"]) <= TOLERANCE * 100
+    # from the unrounded figures: the printed error is rounded to 0.1 and must not round a miss in
+    return abs(row["predicted"] - row["published"]) <= TOLERANCE * abs(row["published"])
 
 
 def ranking_ok(case: Case, rows: list[dict]) -> bool:
