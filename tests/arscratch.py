@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 STATE = ("autoresearch/iterations.jsonl", "autoresearch/LOG.md", "autoresearch/checkpoints.json")
 
@@ -171,3 +173,14 @@ def golden(cli) -> dict:
     return json.loads((cli.repo / "autoresearch" / "golden" / "train.json").read_text())
 
 
+# The two fixtures of every test module that drives the CLI on a scratch repository: the
+# bootstrap (golden file, ledger) is built once per module, each test gets its own clone.
+# A module takes them with `from arscratch import cli, template`.
+@pytest.fixture(scope="module")
+def template(fixtures_root, tmp_path_factory):
+    return make_template(fixtures_root, tmp_path_factory.mktemp("scratch-template"))
+
+
+@pytest.fixture
+def cli(template, tmp_path):
+    return clone(template.repo, template.db, template.fixtures, tmp_path)

@@ -14,19 +14,9 @@ import json
 import pytest
 
 import arscratch
-from arscratch import dirty, golden, latest, propose, records, tie
+from arscratch import cli, dirty, golden, latest, propose, records, template, tie  # cli, template: pytest fixtures
 
 KILLED = -9
-
-
-@pytest.fixture(scope="module")
-def template(fixtures_root, tmp_path_factory):
-    return arscratch.make_template(fixtures_root, tmp_path_factory.mktemp("kill-template"))
-
-
-@pytest.fixture
-def cli(template, tmp_path):
-    return arscratch.clone(template.repo, template.db, template.fixtures, tmp_path)
 
 
 def state(cli):

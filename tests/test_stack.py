@@ -12,17 +12,7 @@ import json
 import pytest
 
 import arscratch
-from arscratch import MODEL, dirty, edit, fp32, golden, latest, propose, records, tie
-
-
-@pytest.fixture(scope="module")
-def template(fixtures_root, tmp_path_factory):
-    return arscratch.make_template(fixtures_root, tmp_path_factory.mktemp("stack-template"))
-
-
-@pytest.fixture
-def cli(template, tmp_path):
-    return arscratch.clone(template.repo, template.db, template.fixtures, tmp_path)
+from arscratch import cli, dirty, edit, fp32, golden, latest, MODEL, propose, records, template, tie  # cli, template: pytest fixtures
 
 
 def park_a(cli) -> int:

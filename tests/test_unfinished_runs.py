@@ -11,19 +11,9 @@ and `repair` said "nothing to repair" for all three.
 import pytest
 
 import arscratch
-from arscratch import golden, latest, propose, records, tie
+from arscratch import cli, golden, latest, propose, records, template, tie  # cli, template: pytest fixtures
 
 KILLED = -9
-
-
-@pytest.fixture(scope="module")
-def template(fixtures_root, tmp_path_factory):
-    return arscratch.make_template(fixtures_root, tmp_path_factory.mktemp("unfinished-template"))
-
-
-@pytest.fixture
-def cli(template, tmp_path):
-    return arscratch.clone(template.repo, template.db, template.fixtures, tmp_path)
 
 
 def runs(cli, run_type, iteration=None):
