@@ -22,7 +22,7 @@ import numpy as np
 from hops.api import Result, simulate
 from hops.errors import HopsError, TraceError
 from hops.model.hardware import Catalog
-from hops.metrics import measured_window
+from hops.metrics import iteration_walls, measured_window
 from hops.timeline import Timeline
 from hops.traces import link_overrides
 from hops.traces.guard import check_fixture_dir
@@ -137,7 +137,7 @@ class ReplayFit:
     backward_b: tuple[Lognormal, ...] | None  # split backward, when the trace reports it
     backward_w: tuple[Lognormal, ...] | None
     optimizer_step_ms: tuple[float, ...] | None  # per stage; None: the trace has no optimizer events
-    host_overhead: Lognormal | None
+    host_overhead: Lognormal | None  # the mean dead time per iteration (cv 0: replay charges it every iteration)
 
 
 def _per_stage(w: Timeline, mask: np.ndarray, n_stages: int, what: str) -> tuple[Lognormal, ...]:
@@ -165,25 +165,31 @@ def fit_replay(tl: Timeline) -> ReplayFit:
     else:
         backward, backward_b, backward_w = _per_stage(w, compute & (w.phase == "BW"), p, "backward"), None, None
 
-    iters = np.unique(w.iteration[w.iteration >= 0])
     opt = w.kind == "optimizer"
     work = compute | (w.kind == "transfer")
-    dead = []
-    for k, it in enumerate(iters):
+    # The dead time per iteration is the sum of two parts, each averaged where the trace shows it.
+    # Inside an iteration, from its last compute or transfer to its last event, less the step the
+    # simulator charges there: over every kept iteration, the last too, since the scoring window
+    # holds each iteration up to its last event (the traces' ~180 ms stalls before a step land in
+    # the last one on some runs). After an iteration's last event, to the next one's first event:
+    # over the gaps between kept iterations (the last one's lies outside the window, unobserved).
+    ids, starts, walls = iteration_walls(w)
+    inside, after = [], []
+    for k, (it, start, wall) in enumerate(zip(ids, starts, walls)):
         mine = w.iteration == it
         o = mine & opt
         step = float(np.max(w.end_ms[o] - w.start_ms[o])) if o.any() else 0.0
-        if k + 1 < len(iters):
-            # Gap from the iteration's last compute/transfer to the next iteration's first event,
-            # minus the optimizer the simulator will charge inside that gap.
-            nxt = float(w.start_ms[w.iteration == iters[k + 1]].min())
-            dead.append(max(nxt - float(w.end_ms[mine & work].max()) - step, 0.0))
+        end = float(w.end_ms[mine].max())
+        inside.append(max(end - float(w.end_ms[mine & work].max()) - step, 0.0))
+        if k + 1 < len(ids):
+            after.append(max(start + wall - end, 0.0))
+    dead = [float(np.mean(inside)) + (float(np.mean(after)) if after else 0.0)] if inside else []
     step_ms = None
     if opt.any():  # mean step per stage: every stage steps after the barrier, the slowest sets the pace
         dur_opt = w.end_ms - w.start_ms
         step_ms = tuple(float(np.mean(dur_opt[opt & (w.stage == s)])) if (opt & (w.stage == s)).any() else 0.0
                         for s in range(p))
-    host = Lognormal.fit(np.array(dead)) if dead and np.mean(dead) > 0 else None
+    host = Lognormal(dead[0], 0.0) if dead and dead[0] > 0 else None  # replay charges its mean every iteration
 
     return ReplayFit(forward, backward, backward_b, backward_w, step_ms, host)
 
