@@ -48,9 +48,9 @@ one-chunk plan by MIN_GAIN. A plan that ties zb_v's order therefore runs zb_v's 
 
 Under optimizer post-validation (``optimizer.post_validation: true``: no barrier between
 iterations, each device starts its next one when its own optimizer step is done) one
-iteration's makespan is the wrong measure: an order whose devices finish in the order they
-start overlaps the next iteration, and zb_v's building-block rule reaches zero steady-state
-bubble that way. So the finalists (the built-ins, zb_v's rule orders and -- planned over two
+iteration's makespan is the wrong measure, unless the run has only one (iterations_of): an
+order whose devices finish in the order they start overlaps the next iteration, and zb_v's
+building-block rule reaches zero steady-state bubble that way. So the finalists (the built-ins, zb_v's rule orders and -- planned over two
 iterations with that rule among its candidates, ZBV configured with the same meta -- zb_v's
 post-validated order as the V's built-in, and the search's winners) are judged as zb_v judges
 its candidates there: their fixed orders replayed over two iterations back to back
@@ -409,18 +409,18 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
                     best = (t, orders, name)
     if best is None:
         return None
-    # zb_v's own order (one of the rule orders, picked by its own replay) is the V's built-in:
-    # under jitter another order must beat it by MIN_GAIN (choose_under_draws)
-    # (under post-validation zb_v plans its order over two iterations, its building-block rule
-    # among the candidates, so that order is not one of the rule orders above: the descent may
-    # start from it too)
+    # zb_v's own order (with the barrier one of the rule orders above, picked by the same replay)
+    # is the V's built-in: under jitter another order must beat it by MIN_GAIN (choose_under_draws)
+    # (under post-validation zb_v also plans over two iterations and has its building-block rule
+    # among the candidates, so that order need not be one of the rule orders above: the descent
+    # may start from it too)
     zbv = ZBV()
     zbv.configure(meta)
     if max(v_peak_chunks(zbv.order)) <= cap_chunks:
         own = tuple(tuple(o) for o in zbv.order)
         candidates = {label: o for label, o in candidates.items() if tuple(tuple(x) for x in o) != own}
         candidates["built-in zb_v"] = zbv.order
-        if its > 1:
+        if meta.post_validation:
             t = run(zbv.order)
             if t < best[0] - 1e-9:
                 best = (t, zbv.order, "zb_v's post-validated order")
@@ -638,7 +638,8 @@ def v_plan(meta: PipelineMeta, makespan: float, dev_orders, label: str, evaluate
 def search_v_cached(meta: PipelineMeta, cap_chunks: int, max_passes: int, budget: float) -> Plan | None:
     """search_v as a Plan over the V placement (memoized like search)."""
     key = ("v", meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w), tuple(meta.bw),
-           tuple(meta.devices), tuple(meta.transfer_ms), cap_chunks, max_passes, budget, meta.post_validation)
+           tuple(meta.devices), tuple(meta.transfer_ms), cap_chunks, max_passes, budget, meta.post_validation,
+           iterations_of(meta))
     if key in _CACHE:
         return _CACHE[key]
     r = search_v(meta, cap_chunks, max_passes, budget)

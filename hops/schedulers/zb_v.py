@@ -31,9 +31,10 @@ short of the paper's hand-drawn order, which is not written down for general p a
 
 Post-validation (``optimizer.post_validation: true``) removes the barrier between iterations,
 so a device starts its next iteration when its own optimizer step is done; the candidates are
-then planned over two iterations back to back and judged by how long two replay, the barrier's
-candidates (planned over one) among them: removing the barrier delays no task of a fixed order,
-so the pick replays no longer than the barrier's pick would. The ZB
+then planned over two iterations back to back (one if the run has only one) and judged by how
+long two replay, the barrier's candidates (planned over one) among them: removing the barrier
+delays no task of a fixed order, so the pick replays no longer than the barrier's pick would
+(tests/test_post_validation.py runs it against the barrier on the study's configs). The ZB
 repository lists ZB-V at zero bubble with 1F1B's activation memory. At unit times that means
 one iteration is a parallelogram: device d busy without a gap over [d, 6m + d), so the next
 iteration's start on device 0 fills device p - 1's drain and N iterations take 6mN + p - 1.
