@@ -137,16 +137,16 @@ def zb_v_makespan(path, batches, post_validation):
 
 
 @pytest.mark.parametrize("path", [
-    "experiments/hetero_scheduler/configs/d8_slow_links.yaml",  # ethernet between every pair of devices
+    "experiments/hetero_scheduler/configs/d8_slow_links.yaml",  # ethernet between every pair: messages queue
     "experiments/hetero_scheduler/configs/d10_l4_tail_bottleneck.yaml",
-    "experiments/hetero_scheduler/configs/d8_mix4_balanced.yaml",
     "experiments/hetero_scheduler/configs/d6_h100_a100_tail.yaml",
+    "experiments/hetero_scheduler/configs/d8_mix4_balanced.yaml",  # an order for two iterations runs one longer
     "conf/scenario/hetero_pp4.yaml",  # with the optimizer step
 ])
 @pytest.mark.parametrize("batches", [1, 2])
 def test_post_validated_zb_v_is_never_slower_than_zb_v_with_the_barrier(path, batches):
     """Post-validation only removes a wait, and zb_v's post-validated candidates include the
-    barrier's; so as long as it judges them as the engine runs them (FIFO links: the slow-links
-    pipeline's messages queue) over the iterations the run overlaps (none when it has one) it
-    never picks an order that makes the user's run slower."""
+    barrier's; so as long as it judges them as the engine runs them (FIFO links, sends that hold
+    the device) over the iterations the run overlaps (none when it has one) it never picks an
+    order that makes the user's run slower."""
     assert zb_v_makespan(path, batches, True) <= zb_v_makespan(path, batches, False) + 1e-9

@@ -50,15 +50,15 @@ Under optimizer post-validation (``optimizer.post_validation: true``: no barrier
 iterations, each device starts its next one when its own optimizer step is done) one
 iteration's makespan is the wrong measure, unless the run has only one (iterations_of): an
 order whose devices finish in the order they start overlaps the next iteration, and zb_v's
-building-block rule reaches zero steady-state bubble that way. So the finalists (the built-ins, zb_v's rule orders and -- planned over two
-iterations with that rule among its candidates, ZBV configured with the same meta -- zb_v's
-post-validated order as the V's built-in, and the search's winners) are judged as zb_v judges
-its candidates there: their fixed orders replayed over two iterations back to back
-(iterations_of, back_to_back), at the expected times or, under jitter, on the mean of draws
-of two iterations' times; the V's fused-or-split descent replays two iterations too and may
-start from zb_v's order. The one-chunk greedy descent still plans one iteration (its policy
-knows no iterations); its winner is one finalist among the others. With the barrier nothing
-of this runs, and the plans are the one-iteration ones.
+building-block rule reaches zero steady-state bubble that way. So the finalists (the built-ins,
+zb_v's rule orders and -- planned over two iterations with that rule among its candidates, ZBV
+configured with the same meta -- zb_v's post-validated order as the V's built-in, and the
+search's winners) are judged as zb_v judges its candidates there: their fixed orders replayed
+over two iterations back to back (iterations_of, back_to_back), at the expected times or, under
+jitter, on the mean of draws of two iterations' times; the V's fused-or-split descent replays
+two iterations too and may start from zb_v's order. The one-chunk greedy descent still plans
+one iteration (its policy knows no iterations); its winner is one finalist among the others.
+With the barrier nothing of this runs, and the plans are the one-iteration ones.
 
 Options: max_in_flight, extra_in_flight, search_passes (coordinate-descent passes, 2),
 search_budget (simulated tasks, 2e5 for each placement, so a 16 x 64 pipeline configures in
