@@ -268,7 +268,8 @@ class Planner:
         """One iteration of 1F1B under expected times in the schedulers' event simulation: it
         sees the warm-up and drain idling the closed-form estimate misses, in ~1 ms."""
         from hops.schedulers.base import PipelineMeta
-        from hops.schedulers.hetero_search import builtin_orders, simulate_policy, static_policy
+        from hops.schedulers.hetero_search import builtin_orders, static_policy
+        from hops.schedulers.replay import simulate_policy
 
         key = (tuple(d.id for d in order), tuple(layers))
         hit = self._quick.get(key)

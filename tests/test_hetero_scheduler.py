@@ -472,9 +472,10 @@ def test_an_unknown_placement_option_is_a_one_line_scenario_error_naming_the_fie
 
 
 def test_device_order_replay_matches_the_event_simulation():
-    """The V search prices orders with a heap-free replay; it must agree with the event
+    """zb_v and the V search price orders with a heap-free replay; it must agree with the event
     simulation that mirrors the engine (FIFO links, shared devices), fused backwards included."""
     from hops.schedulers import hetero_search as hs
+    from hops.schedulers.replay import replay_device_orders, simulate_policy
     from hops.schedulers.zb_v import list_schedule, v_placement
 
     rng = np.random.default_rng(7)
@@ -489,8 +490,8 @@ def test_device_order_replay_matches_the_event_simulation():
         orders = [[(d if c == 0 else n - 1 - d, ph, j) for c, ph, j in r[2][d]] for d in range(p)]
         split = [bytearray(int(x) for x in rng.integers(0, 2, m)) for _ in range(n)]
         for o in (orders, hs.fuse_orders(orders, split)):
-            event = hs.simulate_policy(meta, hs.device_policy(o, dev_of, [[d, n - 1 - d] for d in range(p)]))[0]
-            assert hs.replay_device_orders(meta, o, dev_of) == pytest.approx(event, rel=1e-12)
+            event = simulate_policy(meta, hs.device_policy(o, dev_of, [[d, n - 1 - d] for d in range(p)]))[0]
+            assert replay_device_orders(meta, o, dev_of) == pytest.approx(event, rel=1e-12)
 
 
 def _post_validated(p, m, schedule, batches, post_validation, per_stage=None, virtual=1):

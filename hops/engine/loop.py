@@ -290,7 +290,8 @@ def lay_out(ctx: _Context, placement) -> Placed:
         transfer_ms=[links[fwd_link[s]].transfer_ms(ctx.msg_mb) if fwd_link[s] is not None else 0.0
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
-        post_validation=sc.post_validation, blocking_send=not ctx.catalog.stacks[sc.stack]["p2p_overlap"],
+        post_validation=sc.post_validation, iterations=sc.batches,
+        blocking_send=not ctx.catalog.stacks[sc.stack]["p2p_overlap"],
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),

@@ -33,6 +33,9 @@ class PipelineMeta:
     # optimizer.post_validation: a stage starts the next iteration when its own optimizer step is
     # done, so iterations overlap (only schedules with ``post_validation = True`` see it set)
     post_validation: bool = False
+    # the run's iterations (simulation.batches): under post-validation a scheduler plans over as
+    # many as run back to back, up to two (hops.schedulers.replay.iterations_of); None: not known
+    iterations: Optional[int] = None
     # a stage waits for its p2p send to be delivered before its next task (Megatron without
     # --overlap-p2p-comm): a scheduler that replays the engine must hold the device that long too
     blocking_send: bool = False
