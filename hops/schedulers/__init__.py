@@ -50,6 +50,5 @@ def resolve_scheduler(name: str) -> type[Scheduler]:
 
 
 __all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",
-           "available", "resolve_scheduler", "DeviceOrderScheduler", "GPipe", "OneFOneB", "Interleaved1F1B", "ZBH1", "ZBH2", "ZBV", "ZBAuto", "ZB1P", "ZB2P",
-           "ZeroBubble", "HopsHetero",
-           "HeteroSearch"]
+           "available", "resolve_scheduler", "DeviceOrderScheduler", "GPipe", "OneFOneB", "Interleaved1F1B", "ZBH1",
+           "ZBH2", "ZBV", "ZBAuto", "ZB1P", "ZB2P", "ZeroBubble", "HopsHetero", "HeteroSearch"]

@@ -1,16 +1,17 @@
 """ZB-1p, ZB-2p: the Zero Bubble paper's automatic scheduling (Qi et al., "Zero Bubble
 Pipeline Parallelism", ICLR 2024, Section 3, "automatic pipeline scheduling").
 
-Why a search and not a fixed order: the handcrafted ZB-H1 and ZB-H2 assume F = B = W. With
-the measured F, B, W and message times, and a memory limit between them, the paper builds the
-order from those times instead; its ZB-1p (limit p M_B, 1F1B's peak) and ZB-2p (2p M_B) are
-the schedules its measurements report. M_B, one microbatch's activations on a stage, is
-counted here as HOPS counts it: held from the microbatch's F to the end of its W. The paper's
-memory model frees part of it at B (W keeps M_W <= M_B), so a limit here is at least as tight
-as the paper's.
+Why a search and not a fixed order: the handcrafted ZB-H1 and ZB-H2 assume F = B = W. The
+paper builds the order from the measured F, B, W and message times under a memory limit
+instead; its ZB-1p (limit p M_B, 1F1B's peak) and ZB-2p (2p M_B) are the schedules its
+measurements report. M_B, one microbatch's activations on a stage, is counted here as HOPS
+holds it: from the microbatch's F to the end of its W (SchedulerState.in_flight,
+summary.json's peak_in_flight). In the paper's memory model (its ILP's memory increments, as
+recalled: +M_B at F, M_W - M_B at B, -M_W at W) B already frees all but M_W, so a limit
+here is at least as tight as the paper's, and a stage reaches it sooner.
 
 The heuristic, as the paper's Section 3.1 states it (in our words; written from the text, not
-from the authors' code), run per stage over the pipeline's expected times:
+from the authors' code), planned for all stages together over the expected times:
 
 - Warm-up: forwards, as many as the memory limit allows, but only while they keep the stage
   free when its first B's input can arrive (the bubble before the first B is kept small). One
@@ -25,12 +26,28 @@ from the authors' code), run per stage over the pipeline's expected times:
   the F, when that leaves no gap.
 - When F and B run out, the remaining W's run back to back.
 
-The paper grid-searches the two binary hyperparameters; so does HOPS: each of the four orders
-is replayed under the engine's rules at the expected times (hetero_search's replay: FIFO links,
-blocking sends), over two iterations back to back under optimizer post-validation (as zb_v and
-hetero_search judge orders there) or one under the flush, and the shortest is kept (ties: the
-earlier candidate). The paper then refines the heuristic's order with an integer linear
-program; HOPS does not (see ZBAuto).
+The text leaves open what a stage does when the alternation's next F or B has not arrived
+but the other one has. Read literally it waits (``late = "wait"``); on uneven pipelines that
+lets a microbatch's B wait at every stage for a forward the memory limit holds back upstream,
+and one iteration of the paper's 28.3B model at p = 32 took about 12 times ZB-H1's. HOPS therefore
+also tries running the other one when it ends before the alternation's task can start
+(``"fits"``) and when it arrives first (``"first"``), as a third hyperparameter of its own.
+
+The paper grid-searches its two binary hyperparameters; HOPS searches the 2 x 2 x 3 grid the
+same way: each order is replayed under the engine's rules at the expected times
+(hetero_search's replay: FIFO links, blocking sends), over two iterations back to back under
+optimizer post-validation (as zb_v and hetero_search judge orders there) or one under the
+flush, and the shortest is kept (ties: the earlier candidate).
+
+The paper then refines the heuristic's order with an integer linear program (the heuristic's
+order as its starting point, under a time limit). HOPS does not: scipy's HiGHS takes no
+starting solution, the program for the paper's larger settings (p = 32, m = 96: some 9,000
+passes, with ordering binaries for every pair on a stage) is far beyond what it solves here,
+and a time limit would make the schedule depend on the machine's speed. HOPS's ZB-1p and
+ZB-2p are therefore the heuristic's orders. At F = B = W they reach ZB-H1's and ZB-H2's
+makespans (tests/test_zb_auto.py); on uneven stages they can fall a few per cent short of the
+handcrafted orders (the ZB paper case of python -m experiments.literature), where the ILP
+would have started from them and improved on them.
 """
 from __future__ import annotations
 
@@ -41,10 +58,11 @@ from hops.schedulers.hetero_search import (back_to_back, iterations_of, pipeline
                                            simulate_policy, static_policy)
 
 _EPS = 1e-9
+LATE = ("wait", "fits", "first")  # what a stage does while the pattern's next F or B has not arrived
 
 
 def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = False, skip_f: bool = False,
-                     first_come: bool = False, blocking: bool = False) -> list[list[Task]] | None:
+                     late: str = "wait", blocking: bool = False) -> list[list[Task]] | None:
     """Per-stage (phase, microbatch) orders from the Section 3.1 rules above, or None if the
     rules deadlock.
 
@@ -124,16 +142,19 @@ def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = Fal
             return ("W", nw[s], t) if w_free else None
         j = nf[s] if want == "F" else nb[s]
         r = ready(s, want, j)
-        if first_come:
+        if late != "wait" and (can_b if want == "F" else can_f):
             other = "B" if want == "F" else "F"
-            if can_b if other == "B" else can_f:
-                k = nb[s] if other == "B" else nf[s]
-                ro = ready(s, other, k)
-                dur = b[s] if other == "B" else f[s]
-                if max(t, earliest(s, other) if ro is None else ro) + dur <= (
-                        earliest(s, want) if r is None else r) + _EPS:
-                    # the other one may fit before the pattern's task can start: run it, or wait to know
-                    return None if ro is None else (other, k, max(ro, t))
+            k = nb[s] if other == "B" else nf[s]
+            ro = ready(s, other, k)
+            due = earliest(s, want) if r is None else r  # the pattern's task starts no earlier
+            soon = max(t, earliest(s, other) if ro is None else ro)  # nor the other one
+            if late == "fits":  # the other one ends before the pattern's task can start
+                if soon + (b[s] if other == "B" else f[s]) <= due + _EPS:
+                    return None if ro is None else (other, k, soon)  # wait to know when it comes
+            elif soon < due - _EPS:  # "first": the other one arrives first
+                if ro is None:
+                    return None
+                want, j, r = other, k, ro
         if r is None:
             return ("W", nw[s], t) if w_free and earliest(s, want) - t >= w[s] - _EPS else None
         gap = r - t
@@ -248,8 +269,8 @@ def plan(meta: PipelineMeta, limit: int) -> list[list[Task]]:
     its = iterations_of(meta)
     longer = back_to_back(meta)
     best = None
-    for extra_warmup, skip_f, first_come in product((False, True), repeat=3):
-        orders = heuristic_orders(p, m, limit, times, extra_warmup, skip_f, first_come, meta.blocking_send)
+    for extra_warmup, skip_f, late in product((False, True), (False, True), LATE):
+        orders = heuristic_orders(p, m, limit, times, extra_warmup, skip_f, late, meta.blocking_send)
         if orders is None:
             continue
         makespan, _ = simulate_policy(longer, static_policy(repeat_orders(orders, m, its)))
