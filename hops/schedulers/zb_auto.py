@@ -58,13 +58,13 @@ from hops.schedulers.hetero_search import (back_to_back, iterations_of, pipeline
                                            simulate_policy, static_policy)
 
 _EPS = 1e-9
-LATE = ("wait", "fits", "first")  # what a stage does while the pattern's next F or B has not arrived
+LATE = ("wait", "fits", "first")  # what a stage does while the alternation's next F or B has not arrived
 
 
 def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = False, skip_f: bool = False,
                      late: str = "wait", blocking: bool = False) -> list[list[Task]] | None:
-    """Per-stage (phase, microbatch) orders from the Section 3.1 rules above, or None if the
-    rules deadlock.
+    """Per-stage (phase, microbatch) orders from the Section 3.1 rules above, or None if no
+    stage can start anything (a guard: not seen on any pipeline tried).
 
     ``times`` = (f, b, w, xf, xb) per stage: compute times and the message times to the next
     (xf) and previous (xb) stage. ``limit``: microbatches a stage may hold (F started, W not
@@ -73,7 +73,9 @@ def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = Fal
     Stages are planned together in order of when each becomes free. A stage whose next F or B
     depends on a neighbour that has not planned it yet waits for that decision, unless even the
     earliest that input could arrive leaves room for a W; the W is then planned at the moment
-    the stage became free, which nothing else depends on.
+    the stage became free, which nothing else depends on. When every stage waits so, the one
+    free earliest runs whichever of its tasks can start first (``fallback``), so the planning
+    always ends.
     """
     f, b, w, xf, xb = times
     arrive = [0.0] * p  # microbatch 0's forward input on each stage, with nothing in its way
@@ -225,8 +227,8 @@ class ZBAuto(StaticOrderScheduler):
     activations per stage, default p, 1F1B's peak).
 
     Only the heuristic runs: the paper's integer-program refinement of its order is not
-    implemented, so where the heuristic leaves a bubble the ILP would have closed, HOPS's
-    ZB-1p / ZB-2p keep it (their predicted gains are then lower bounds of the searched ones)."""
+    implemented, so where the ILP would have shortened the heuristic's order, HOPS's ZB-1p /
+    ZB-2p run the longer one."""
 
     name = "zb_auto"
     option_names: tuple[str, ...] = ("memory_limit",)
@@ -262,7 +264,8 @@ class ZB2P(ZBAuto):
 
 
 def plan(meta: PipelineMeta, limit: int) -> list[list[Task]]:
-    """The grid search over the heuristic's two hyperparameters: the order that replays shortest."""
+    """The grid search over the heuristic's hyperparameters (the paper's two and HOPS's ``late``):
+    the order that replays shortest."""
     p, m = meta.n_stages, meta.n_microbatches
     _, _, xf, xb, _ = pipeline_links(meta)
     times = (list(meta.f), list(meta.b), list(meta.w), xf, xb)
