@@ -29,6 +29,13 @@ def test_zb_1p_has_zb_h1_s_bubble_within_1f1b_s_memory_at_unit_times(p, m):
     assert max(s["peak_in_flight"]) <= p
 
 
+@pytest.mark.parametrize("p", [2, 3, 4, 6])
+def test_zb_1p_is_never_longer_than_zb_h1_at_unit_times(p):
+    """Fewer microbatches than stages included, where 3m + p - 1 is out of reach for both."""
+    for m in range(1, 3 * p + 1):
+        assert unit(p, m, "zb_1p")["makespan_ms"] <= unit(p, m, "zb_h1")["makespan_ms"] + 1e-6, m
+
+
 @pytest.mark.parametrize("p,m", [(3, 5), (4, 7), (4, 16), (6, 13), (8, 24), (8, 32), (16, 64)])
 def test_zb_2p_reaches_zero_steady_state_bubble_within_twice_1f1b_s_memory(p, m):
     """With m >= 2p - 1 microbatches: n post-validated iterations take 3mn + p - 1, only the
