@@ -169,8 +169,9 @@ CASES = (
                      "ZB-1p and ZB-2p are HOPS's zb_1p and zb_2p (hops/schedulers/zb_auto.py): the paper's "
                      "Section 3.1 heuristic at memory limits of p and 2p microbatch activations per stage, its two "
                      "hyperparameters grid-searched by replay at the expected times. Not implemented: the paper's ILP "
-                     "refinement of the heuristic's order, so HOPS's figures are the heuristic's alone (where the "
-                     "handcrafted ZB-H1 / ZB-H2 replay shorter, HOPS's ZB-1p / ZB-2p stay behind them)",
+                     "refinement of the heuristic's order; since its optimum is no longer than any order within the "
+                     "limit, HOPS keeps the handcrafted ZB-H1 / ZB-H2 among the candidates instead, and runs "
+                     "whichever replays shortest (an ILP may find shorter orders than both)",
                      "what the paper leaves open: what a stage does while the alternation's next F or B has not "
                      "arrived (HOPS tries waiting, running the other one if it ends first, and running whichever "
                      "arrives first, a third grid-searched hyperparameter), and the memory model: HOPS holds a "
