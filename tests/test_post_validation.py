@@ -116,8 +116,8 @@ def test_a_schedule_that_keeps_the_barrier_refuses_post_validation_in_one_line(s
     with pytest.raises(hops.ScenarioError) as err:
         hops.simulate(sc)
     assert str(err.value) == (f"optimizer.post_validation: schedule {schedule!r} ignores it (it keeps the barrier "
-                              "before the optimizer step); expected one of hetero_search, zb_h1, zb_h2, zb_v, zero_bubble or "
-                              "post_validation: false")
+                              "before the optimizer step); expected one of hetero_search, zb_1p, zb_2p, zb_auto, zb_h1, "
+                              "zb_h2, zb_v, zero_bubble or post_validation: false")
 
 
 def test_interleaved_refuses_post_validation_too():

@@ -20,8 +20,8 @@ def random_pipeline(seed, schedule):
     return sc, p, m
 
 
-SPLIT = ("zero_bubble", "zb_h1", "zb_h2", "hops_hetero")
-SCHEDULES = ["gpipe", "1f1b", "zero_bubble", "zb_h1", "zb_h2", "hops_hetero"]
+SPLIT = ("zero_bubble", "zb_h1", "zb_h2", "zb_1p", "zb_2p", "zb_auto", "hops_hetero")
+SCHEDULES = ["gpipe", "1f1b", "zero_bubble", "zb_h1", "zb_h2", "zb_1p", "zb_2p", "hops_hetero"]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

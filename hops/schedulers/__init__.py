@@ -9,11 +9,12 @@ from hops.schedulers.classic import GPipe, OneFOneB
 from hops.schedulers.hetero_search import HeteroSearch
 from hops.schedulers.hops_hetero import HopsHetero
 from hops.schedulers.interleaved import Interleaved1F1B
+from hops.schedulers.zb_auto import ZB1P, ZB2P, ZBAuto
 from hops.schedulers.zb_v import ZBV
 from hops.schedulers.zero_bubble import ZBH1, ZBH2, ZeroBubble
 
-_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, ZBV, Interleaved1F1B,
-                                                                   HopsHetero, HeteroSearch)}
+_REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, ZBV, ZBAuto, ZB1P,
+                                                                   ZB2P, Interleaved1F1B, HopsHetero, HeteroSearch)}
 _REGISTRY["zero_bubble"] = ZBH1  # alias: the paper's ZB-H1 (Qi et al., ICLR 2024)
 
 
@@ -49,5 +50,5 @@ def resolve_scheduler(name: str) -> type[Scheduler]:
 
 
 __all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",
-           "available", "resolve_scheduler", "DeviceOrderScheduler", "GPipe", "OneFOneB", "Interleaved1F1B", "ZBH1", "ZBH2", "ZBV", "ZeroBubble", "HopsHetero",
-           "HeteroSearch"]
+           "available", "resolve_scheduler", "DeviceOrderScheduler", "GPipe", "OneFOneB", "Interleaved1F1B", "ZBH1",
+           "ZBH2", "ZBV", "ZBAuto", "ZB1P", "ZB2P", "ZeroBubble", "HopsHetero", "HeteroSearch"]

@@ -187,9 +187,10 @@ class SimulationModel(Section):
 
 
 class PipelineModel(Section):
-    schedule: Str(description="gpipe, 1f1b, zb_h1, zb_h2, zb_v (virtual_stages: 2), interleaved_1f1b, "
-                            "zero_bubble (= zb_h1), hops_hetero, hetero_search (picks one chunk per stage or "
-                            "ZB-V's V itself) or a dotted path") = "1f1b"
+    schedule: Str(description="gpipe, 1f1b, zb_h1, zb_h2, zb_v (virtual_stages: 2), zb_1p, zb_2p, zb_auto "
+                            "(the ZB paper's automatic scheduling; zb_auto's scheduler_options.memory_limit), "
+                            "interleaved_1f1b, zero_bubble (= zb_h1), hops_hetero, hetero_search (picks one chunk "
+                            "per stage or ZB-V's V itself) or a dotted path") = "1f1b"
     scheduler_options: DictOf(Any) = Field(default_factory=dict)
     precision: Str(PRECISIONS) = "bf16"
     backward_factor: Num(gt=0) = 2.0
@@ -264,7 +265,7 @@ class OptimizerModel(Section):
     step_ms: StepMs | None = None
     post_validation: Bool = Field(False, description="the Zero Bubble paper's optimizer post-validation: each "
                                   "stage steps without the cross-stage barrier, so iterations overlap; honoured by "
-                                  "zb_h1, zb_h2, zb_v and zero_bubble")
+                                  "zb_h1, zb_h2, zb_v, zb_1p, zb_2p, zb_auto, zero_bubble and hetero_search")
     data_parallel: DataParallelModel = section_defaults()
 
 
