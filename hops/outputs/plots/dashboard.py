@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from hops.timeline import Timeline
-from hops.outputs.plots.timeline_plot import COMM_COLORS, PHASE_COLORS, _bars, _short
+from hops.outputs.plots.timeline_plot import COMM_COLORS, PHASE_COLORS, PNG_OPTIONS, _bars, _short, row_labels
 
 _BAR = PHASE_COLORS["F"]
 _DPI = 110
@@ -99,22 +99,15 @@ def _note(ax, text):
 
 
 def _hbar_axis(ax, labels, fs, stride, show_labels):
-    """Limits, row labels and grid of a bar-per-row panel.
-
-    Rows are labelled by plain texts where the y tick labels would be, not by ticks: a tick
-    costs ~2 ms to build and draw (two lines, two texts, a grid line), and a run with 126
-    links has a row each. Panels to the right of a labelled one share its rows, unlabelled.
-    """
-    from matplotlib import rcParams
-    from matplotlib.transforms import offset_copy
-
+    """Limits, row labels and grid of a bar-per-row panel; panels to the right of a labelled
+    one share its rows, unlabelled."""
     n = len(labels)
     ax.set_ylim(n - 0.5, -0.5)
-    ax.set_yticks([])
     if show_labels:
-        at = offset_copy(ax.get_yaxis_transform(), fig=ax.figure, x=-rcParams["ytick.major.pad"], units="points")
-        for i in range(0, n, stride):
-            ax.text(0, i, labels[i], transform=at, ha="right", va="center_baseline", fontsize=fs)
+        rows = range(0, n, stride)
+        row_labels(ax, rows, [labels[i] for i in rows], fs)
+    else:
+        ax.set_yticks([])
     ax.tick_params(axis="x", labelsize=8)
     if n > _TALL:  # tall panel: repeat the value axis on top so it is readable without scrolling
         ax.tick_params(axis="x", top=True, labeltop=True)
@@ -394,5 +387,5 @@ def plot_dashboard(summary: dict, timeline: Timeline, path, *, title: str | None
         ax_lc.set_title("Contended transfers", fontsize=10, loc="left", pad=18 + lift(n_link))
         ax_lw.set_title("Wait for link (total)", fontsize=10, loc="left", pad=18 + lift(n_link))
 
-    fig.savefig(path, dpi=_DPI, facecolor="white", metadata={"Software": None})
+    fig.savefig(path, dpi=_DPI, facecolor="white", metadata={"Software": None}, pil_kwargs=PNG_OPTIONS)
     return path

@@ -63,6 +63,8 @@ _COMM = (0.74, 0.93)
 _MAX_LABELS = 2500          # per-bar text is the slowest thing matplotlib draws
 _DENSE_PX = 4.0             # below this median bar width we stop drawing bar edges
 RASTER_MIN_BARS = 20_000    # dense charts with more bars are drawn as a coverage image
+# zlib level 3, not Pillow's 6: 0.06-0.1 s less per large chart for files ~6-16% larger
+PNG_OPTIONS = {"compress_level": 3}
 
 
 def _event_rows(tl: Timeline) -> np.ndarray:
@@ -207,6 +209,21 @@ def _short(name: str, width: int = 22) -> str:
     return name if len(name) <= width else name[: width // 2 - 1] + "…" + name[-(width // 2):]
 
 
+def row_labels(ax, ys, labels, fontsize: float) -> None:
+    """Row names where the y tick labels would be, drawn as plain texts.
+
+    A matplotlib tick costs ~2 ms to build and draw (two lines, two texts, a grid line), and
+    these charts label a row per stage, device or link: dozens to hundreds of them.
+    """
+    from matplotlib import rcParams
+    from matplotlib.transforms import offset_copy
+
+    ax.set_yticks([])
+    at = offset_copy(ax.get_yaxis_transform(), fig=ax.figure, x=-rcParams["ytick.major.pad"], units="points")
+    for y, label in zip(ys, labels):
+        ax.text(0, y, label, transform=at, ha="right", va="center_baseline", fontsize=fontsize)
+
+
 def _chunk_handles(chunks: list[int], n_chunks: int, dense: bool) -> list:
     """One legend entry per chunk drawn (none for one chunk per stage): its shade and hatch."""
     from matplotlib.patches import Patch
@@ -317,7 +334,7 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
             lane = (c0 + k * sub_h, c0 + (k + 1) * sub_h)
         color = COMM_COLORS[name] if is_comm else PHASE_COLORS[name]
         edge = "none" if (dense or is_comm) else "white"
-        for k in np.unique(b_chunk[m]).tolist():
+        for k in np.unique(b_chunk[m]).tolist() if n_ch > 1 else [0]:
             mk = m & (b_chunk == k)
             face = color if n_ch == 1 else chunk_shade(color, k, n_ch)
             if raster:
@@ -392,7 +409,7 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
 
     # ---- axes, labels, legend
     if n_st <= 80:
-        ax.set_yticks(ys + sum(_COMPUTE) / 2, labels[:n_st], fontsize=label_fs)
+        row_labels(ax, ys + sum(_COMPUTE) / 2, labels[:n_st], label_fs)
     ax.tick_params(axis="y", length=0)
     ax.tick_params(axis="x", labelsize=9)
     if n_st > 24:  # long charts: time axis on top as well so it is visible without scrolling
@@ -429,5 +446,5 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
         if "seed" in meta:
             title += f", seed {meta['seed']}"
     fig.suptitle(title, y=1 - 0.1 / height_in, va="top", fontsize=12)
-    fig.savefig(path, dpi=dpi, facecolor="white", metadata={"Software": None})
+    fig.savefig(path, dpi=dpi, facecolor="white", metadata={"Software": None}, pil_kwargs=PNG_OPTIONS)
     return path
