@@ -455,3 +455,97 @@ def test_chrome_trace_names_the_chunk_of_each_event_only_under_virtual_stages(tm
     assert all("chunk" not in e["args"] for e in events if e not in task)  # optimizer, failure: no chunk
     one = load_trace(write_chrome_trace(gpipe_timeline(3, 6), tmp_path / "one.json"))
     assert all("chunk" not in e["args"] for e in one if e["ph"] == "X")  # one chunk per stage: as before
+
+
+# ---------------------------------------------------------------- large runs: the timeline as a coverage image
+def task_bars(tl: Timeline) -> int:
+    """Bars the Gantt chart draws for the gpipe layout: everything but the failure."""
+    return int((tl.kind != "failure").sum())
+
+
+def lane_share(png, ax, tl: Timeline, stage: int, lane_y: float, color: str) -> float:
+    """Mean share of `color` over the idle grey along one pixel row of the saved PNG, across the run.
+
+    The row is the one through `stage + lane_y` (row units); a pixel is idle grey blended
+    towards `color` by the share t of its time the lane is busy, so t is read back per pixel.
+    """
+    from matplotlib.colors import to_rgb
+
+    from hops.outputs.plots.timeline_plot import IDLE_COLOR
+
+    height = png.shape[0]
+    (x_lo, y_px), (x_hi, _) = ax.transData.transform([(float(tl.start_ms.min()), stage + lane_y),
+                                                      (float(tl.end_ms.max()), stage + lane_y)])
+    row = png[height - 1 - int(y_px), int(np.ceil(x_lo)):int(x_hi), :3]
+    idle, full = np.asarray(to_rgb(IDLE_COLOR)), np.asarray(to_rgb(color))
+    t = (row - idle) @ (full - idle) / float((full - idle) @ (full - idle))
+    return float(np.clip(t, 0.0, 1.0).mean())
+
+
+def test_raster_opacity_is_the_share_of_each_pixel_column_a_lane_is_busy():
+    from hops.outputs.plots.timeline_plot import _raster
+
+    red, blue = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
+    # row 0: red bars over [2.5, 4.25) and [6.0, 6.1) px; row 1: a blue bar in the top half of the row
+    layers = [(red, (0.0, 1.0), np.array([0, 0]), np.array([2.5, 6.0]), np.array([4.25, 6.1])),
+              (blue, (0.0, 0.5), np.array([1]), np.array([0.0]), np.array([8.0]))]
+    y_edges, image = _raster(layers, n_rows=2, width=8)
+    assert y_edges.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0]  # each row split at the lane edge
+    alpha = image[..., 3] / 255
+    expected_red = [0, 0, 0.5, 1, 0.25, 0, 0.1, 0]
+    assert alpha[0] == pytest.approx(expected_red, abs=1 / 255)  # row 0, top half
+    assert alpha[1] == pytest.approx(expected_red, abs=1 / 255)  # row 0, bottom half
+    assert (image[0][alpha[0] > 0, :3] == (255, 0, 0)).all()
+    assert alpha[2] == pytest.approx(np.ones(8)) and (image[2, :, :3] == (0, 0, 255)).all()
+    assert (alpha[3] == 0).all()  # nothing drawn outside a layer's lane
+
+
+def test_overlapping_bars_of_one_lane_saturate_and_later_layers_stack_on_top():
+    from hops.outputs.plots.timeline_plot import _raster
+
+    grey, black = (0.5, 0.5, 0.5), (0.0, 0.0, 0.0)
+    layers = [(grey, (0.0, 1.0), np.array([0, 0]), np.array([0.0, 0.5]), np.array([1.0, 1.0])),  # 1.5 px in px 0
+              (black, (0.0, 1.0), np.array([0]), np.array([0.0]), np.array([0.5]))]
+    _, image = _raster(layers, n_rows=1, width=1)
+    assert image[0, 0, 3] == 255  # never more than the whole pixel
+    assert image[0, 0, :3] == pytest.approx([64, 64, 64], abs=1)  # half black over grey
+
+
+@pytest.mark.parametrize("above", [False, True])
+def test_a_dense_timeline_is_one_image_only_above_the_bar_threshold(monkeypatch, tmp_path, above):
+    from matplotlib.collections import PolyCollection
+
+    import hops.outputs.plots.timeline_plot as timeline_plot
+
+    tl = gpipe_timeline(6, 400, iterations=1)  # bars far narrower than a pixel
+    monkeypatch.setattr(timeline_plot, "RASTER_MIN_BARS", task_bars(tl) - 1 if above else task_bars(tl))
+    ax = drawn_timeline(monkeypatch, tl, tmp_path).axes[0]
+    bar_polygons = [c for c in ax.collections if isinstance(c, PolyCollection) and c.get_zorder() == 2]
+    if above:
+        assert len(ax.images) == 1 and not bar_polygons
+    else:
+        assert not ax.images and bar_polygons
+
+
+def test_the_timeline_image_shows_every_stage_s_phases_at_their_share_of_time(monkeypatch, tmp_path):
+    """Above the threshold the picture still reads as the chart: each stage row, each phase in its
+    own colour and sub-lane, as strong as the share of time the stage spends in it."""
+    import matplotlib.image
+
+    import hops.outputs.plots.timeline_plot as timeline_plot
+    from hops.outputs.plots.timeline_plot import _COMPUTE, PHASE_COLORS
+
+    stages = 6
+    tl = gpipe_timeline(stages, 400, iterations=1, failure=False)
+    monkeypatch.setattr(timeline_plot, "RASTER_MIN_BARS", task_bars(tl) - 1)
+    ax = drawn_timeline(monkeypatch, tl, tmp_path).axes[0]
+    assert len(ax.images) == 1
+    png = matplotlib.image.imread(tmp_path / "t.png")
+    span = float(tl.end_ms.max() - tl.start_ms.min())
+    half = (_COMPUTE[1] - _COMPUTE[0]) / 2  # dense: F in the top half of the compute lane, B below
+    for stage in range(stages):
+        for k, phase in enumerate(("F", "B")):
+            mine = (tl.stage == stage) & (tl.kind == "compute") & (tl.phase == phase)
+            busy = float((tl.end_ms - tl.start_ms)[mine].sum()) / span
+            drawn = lane_share(png, ax, tl, stage, _COMPUTE[0] + (k + 0.5) * half, PHASE_COLORS[phase])
+            assert drawn == pytest.approx(busy, abs=0.03), (stage, phase)
