@@ -2,7 +2,8 @@
 
 The target is under 1 s per configure (issue 11): a scheduler's search runs once per
 simulation, before the first microbatch. Stage times are heterogeneous (drawn from a fixed
-seed) so the search has real choices; hetero_search's plan cache is cleared between repeats.
+seed) so the search has real choices; hetero_search's and zb_auto's plan caches are cleared
+between repeats.
 Run: python benchmarks/scheduler_bench.py [--repeats 5] [--stages 16] [--microbatches 64]
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import numpy as np
 
 from hops.schedulers import PipelineMeta, available, resolve_scheduler
-from hops.schedulers import hetero_search
+from hops.schedulers import hetero_search, zb_auto
 
 
 def meta(p: int, m: int, seed: int = 0, v: int = 1) -> PipelineMeta:
@@ -62,6 +63,7 @@ def main() -> None:
             mt = meta(args.stages, args.microbatches, v=2)
         for _ in range(args.repeats):
             hetero_search._CACHE.clear()
+            zb_auto._PLANS.clear()
             sched = resolve_scheduler(name)()
             t0, c0 = time.perf_counter(), time.process_time()
             sched.configure(mt)
