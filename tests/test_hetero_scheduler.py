@@ -398,6 +398,40 @@ def test_under_jitter_another_v_order_must_beat_zb_vs_own_on_the_search_draws(na
                                                    virtual=2).summary["makespan_ms"]
 
 
+@pytest.mark.parametrize("placement", ["v", "one_chunk"])
+def test_under_jitter_the_search_draws_estimate_what_the_engine_runs_with_either_placement(placement):
+    """The V-or-one-chunk choice under jitter compares each placement's mean over the search's
+    draws, plus its flush: for a fixed plan that is the engine's mean makespan over run seeds,
+    without bias, within four standard errors of the two means (1024 draws, 200 run seeds: about
+    0.3 %, MIN_GAIN's scale; the draws are another seed's than the plan was chosen on, so the
+    choice cannot have picked them). Split cost 2x, 10 % compute jitter; the links keep their own."""
+    from statistics import fmean, stdev
+
+    from hops.engine import loop as engine
+    from hops.scenario import load_scenario
+    from hops.schedulers import hetero_search as hs
+    from hops.schedulers.zb_v import v_placement
+
+    paths = {p.stem: p for p in reference_configs()}
+    doc, _ = load_document(paths["bench_a10g_middle_mb24"])
+    cat = _study_catalog(2.0, doc)
+    options = {"search_seed": 42, "placement": placement}
+    runs = [_run(doc, "hetero_search", cat, seed=s, jitter=0.1, **options) for s in range(1000, 1200)]
+    sched = engine.run(load_scenario({**doc, "pipeline": {**doc["pipeline"], "schedule": "hetero_search",
+                                                           "compute_jitter": 0.1, "scheduler_options": options}}, cat),
+                       cat, 1000).scheduler
+    meta = sched.meta
+    if placement == "v":
+        meta = meta.layout_for(v_placement(meta.n_stages))
+    orders = sched.plan.orders if placement == "one_chunk" else sched.plan.device_orders
+    per_draw = [hs.mean_under_draws(meta, orders, [d], placement == "v") + meta.flush_ms
+                for d in hs.jitter_draws(meta, 7, 1024)]
+    engine_ms = [r.summary["makespan_ms"] for r in runs]
+    assert all(r.extras["virtual_stages"] == (2 if placement == "v" else 1) for r in runs)
+    se = (stdev(per_draw) ** 2 / len(per_draw) + stdev(engine_ms) ** 2 / len(engine_ms)) ** 0.5
+    assert abs(fmean(per_draw) - fmean(engine_ms)) < 4 * se
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_under_jitter_the_plan_is_the_finalist_the_search_draws_favour(seed):
     """On random pipelines with 20 % jitter: the chosen one-chunk order's mean over the search's
