@@ -385,14 +385,20 @@ def test_under_jitter_another_v_order_must_beat_zb_vs_own_on_the_search_draws(na
     """Split cost 2x: at the expected times a V order with some backwards fused predicts a hair
     shorter than zb_v's own, and hetero_search runs it. Under 10 % compute jitter its mean over
     the search's draws is not MIN_GAIN shorter, so hetero_search runs zb_v's order: at every
-    evaluation seed the run is zb_v's, to the bit (the search drew nothing from the run's streams)."""
+    evaluation seed the run is zb_v's, to the bit (the search drew nothing from the run's streams).
+
+    Under jitter the placement is held at the V: this specifies which V order runs. Whether the V
+    runs at all is the placement rule's call (the V must lead one chunk by MIN_GAIN on the draws,
+    whose estimate test_under_jitter_the_search_draws_estimate_what_the_engine_runs_with_either_placement
+    checks against the engine); on bench_a10g_middle_mb24 that lead is 0.1 % over 1000 run seeds
+    on the model of calibration iterations 30, 32, 40 and 41, a tie."""
     paths = {p.stem: p for p in reference_configs()}
     doc, _ = load_document(paths[name])
     cat = _study_catalog(2.0, doc)
     assert (_run(doc, "hetero_search", cat).summary["makespan_ms"]
             < _run(doc, "zb_v", cat, virtual=2).summary["makespan_ms"])
     for seed in (101, 102, 103):
-        ours = _run(doc, "hetero_search", cat, seed=seed, jitter=0.1, search_seed=42)
+        ours = _run(doc, "hetero_search", cat, seed=seed, jitter=0.1, search_seed=42, placement="v")
         assert ours.extras["virtual_stages"] == 2
         assert ours.summary["makespan_ms"] == _run(doc, "zb_v", cat, seed=seed, jitter=0.1,
                                                    virtual=2).summary["makespan_ms"]
