@@ -118,6 +118,9 @@ def unseen_fallbacks(data: list[StagePhases], params: list[Param]) -> dict[str, 
     Such a constant has no residual, so a fit cannot move it. A stack gives a GPU without its own
     dispatch floors its `default` forward floor, for the backward too (hops/model/compute.py); that is
     what a GPU the fit never saw runs with. Per-GPU paths read ``stacks.<stack>.<key>.<gpu>``.
+    dispatch floors its `default` forward floor, for the backward too, and without its own launch
+    cost its `default` launch (hops/hardware.py per_gpu); that is what a GPU the fit never saw
+    runs with. Per-GPU paths read ``stacks.<stack>.<key>.<gpu>``.
     """
     seen = {g for d in data for g in d.gpus}
     stacks = Catalog.load().stacks
@@ -125,10 +128,11 @@ def unseen_fallbacks(data: list[StagePhases], params: list[Param]) -> dict[str, 
     for p in params:
         parts = p.path.split(".")
         if parts[0] == "stacks" and len(parts) == 4 and parts[3] not in seen:
-            if parts[2] not in ("k_floor_ms", "k_floor_backward_ms"):
+            if parts[2] not in ("k_floor_ms", "k_floor_backward_ms", "launch_overhead_ms"):
                 raise FitError(f"{p.path}: no stage of the fit data runs on {parts[3]} and the stack has no "
                                f"generic value for {parts[2]}; leave that GPU's fixtures in the fit")
-            out[p.path] = float(stacks[parts[1]]["k_floor_ms"]["default"])
+            key = "launch_overhead_ms" if parts[2] == "launch_overhead_ms" else "k_floor_ms"
+            out[p.path] = float(stacks[parts[1]][key]["default"])
     return out
 
 

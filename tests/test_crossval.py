@@ -63,6 +63,16 @@ def test_a_gpu_absent_from_the_fit_data_gets_the_generic_floor_not_a_fitted_one(
     assert result.values[a10g] == generic
 
 
+def test_a_gpu_absent_from_the_fit_data_gets_the_stacks_default_launch(fixtures_root):
+    """As a prediction for a GPU the stack has no entry for: hops.hardware.per_gpu's `default`."""
+    data = phase_fit.stage_phases(list_fixtures(fixtures_root, "train", ["exp2_8_h100_pair_pp2_run105"]))
+    a10g, h100 = f"{STACK}.launch_overhead_ms.a10g", f"{STACK}.launch_overhead_ms.h100"
+    result = phase_fit.fit(data, _params(a10g, h100), starts=1)
+    generic = Catalog.load().stacks["fixture_megatron"]["launch_overhead_ms"]["default"]
+    assert result.unseen == {a10g: generic}
+    assert result.values[a10g] == generic
+
+
 def test_crossval_fits_each_fold_without_the_fixtures_it_scores(fixtures_root, monkeypatch):
     ids = [*SHAPES, "exp2_8_h100_pair_pp2_run105", "exp2_9_g_only_pp4_run107", "exp2_13_a10g_pair_pp2_run135"]
     splits = []

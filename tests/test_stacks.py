@@ -14,7 +14,7 @@ from hops.model.hardware import Catalog, CatalogError, Topology, per_gpu
 from hops.provenance import model_fingerprint
 from hops.scenario import load_scenario
 
-GPU_PHYSICS = {"peak_tflops", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours"}
+GPU_PHYSICS = {"peak_tflops", "memory_bandwidth_gbps", "memory_gb", "l2_cache_mb", "mtbf_hours"}
 
 
 def test_gpu_presets_keep_only_gpu_physics():
@@ -52,7 +52,8 @@ def test_flash_attention_has_no_s2_hbm_term(seq):
     h, L, peak, bw = 4096, 2, dev["peak_tflops"], dev["memory_bandwidth_gbps"]
     params = 12 * h * h
     gemm = L * 2 * seq * params / (peak * 1e12) * 1000 * m["compute_time_coefficient"]
-    elementwise = L * 2 * 34 * seq * h / 1e6 / bw
+    mlp_handover_mb = 2 * seq * 4 * h * 2 / 2**20  # 64 MB at s 1024, 256 at 4096: over H100's 50 MB L2
+    elementwise = L * 2 * 34 * seq * h / 1e6 / bw * (1 - dev["l2_cache_mb"] / mlp_handover_mb)
     core = L * 4 * seq * seq * h * m["flash_causal_flop_share"] / (peak * 1e12) * 1000 / m["flash_efficiency_forward"]
     d = arch_doc("megatron_core", seq=seq, hidden=h, heads=32)
     assert middle_forward(d) == pytest.approx(gemm + elementwise + core, rel=1e-9)
@@ -60,17 +61,58 @@ def test_flash_attention_has_no_s2_hbm_term(seq):
 
 @pytest.mark.parametrize("seq", [1024, 4096])
 def test_unfused_attention_pays_bytes_per_score_in_hbm(seq):
-    """Unfused (the fixtures' stack): the core is GEMMs, and heads x s^2 scores pass through HBM at
-    attention_bytes_forward each; the floor overlaps the kernels, the launch adds."""
+    """Unfused (the fixtures' stack): the core is GEMMs, and the heads x s^2 scores' forward passes
+    reach HBM for the share of the layer's score footprint (bf16 scores + the 5 B stash) that L2
+    cannot hold, at attention_bytes_forward each; the element-wise traffic for the share of the MLP's
+    hand-over (two 4h-wide bf16 tensors per token) that L2 cannot hold. The floor overlaps the
+    kernels, the launch adds."""
     cat = Catalog.load()
     m, dev = cat.constants("fixture_megatron"), cat.devices["h100_sxm"]
     h, L, peak, bw = 1024, 2, dev["peak_tflops"], dev["memory_bandwidth_gbps"]
     gemm = L * (24 * seq * h * h + 4 * seq * seq * h) / (peak * 1e12) * 1000 * m["compute_time_coefficient"]
-    elementwise = L * 2 * 34 * seq * h / 1e6 / bw
-    scores = L * 16 * seq * seq * m["attention_bytes_forward"] / 1e6 / bw
+    mlp_handover_mb = 2 * seq * 4 * h * 2 / 2**20  # 16 MB at s 1024 (fits: no wait), 64 at 4096
+    elementwise = L * 2 * 34 * seq * h / 1e6 / bw * max(0, 1 - dev["l2_cache_mb"] / mlp_handover_mb)
+    footprint_mb = 16 * seq * seq * (2 + 5) / 2**20  # 112 MB at s 1024, 1792 MB at 4096: over H100's 50 MB
+    miss = 1 - dev["l2_cache_mb"] / footprint_mb
+    scores = L * 16 * seq * seq * m["attention_bytes_forward"] * miss / 1e6 / bw
     floor = L * per_gpu(m, "k_floor_ms", "h100_sxm")
     expected = max(gemm + elementwise + scores, floor) + per_gpu(m, "launch_overhead_ms", "h100_sxm")
     assert middle_forward(arch_doc("fixture_megatron", seq=seq)) == pytest.approx(expected, rel=1e-9)
+
+
+def stage_times(d, catalog=None):
+    return hops.simulate(d, catalog=catalog).summary["stages"][1]["expected_ms"]
+
+
+def test_a_forward_whose_handovers_fit_in_l2_waits_on_no_hbm_traffic():
+    """Scores (8 x 512^2 x 7 B = 14 MB per layer) and the MLP's hand-over (2 x 512 x 4h x 2 B = 32 MB)
+    both fit in L4's 48 MB: the forward is its GEMMs (h 4096 puts them above the dispatch floor) and
+    the launch, whatever attention_bytes_forward says; its stash is written back behind the GEMMs."""
+    cat = Catalog.load()
+    m, dev = cat.constants("fixture_megatron"), cat.devices["l4"]
+    h, s, L = 4096, 512, 2
+    gemm = L * (24 * s * h * h + 4 * s * s * h) / (dev["peak_tflops"] * 1e12) * 1000 * m["compute_time_coefficient"]
+    d = arch_doc("fixture_megatron", seq=s, heads=8, hidden=h, gpu="l4")
+    assert middle_forward(d) == pytest.approx(gemm + per_gpu(m, "launch_overhead_ms", "l4"), rel=1e-9)
+    hotter = Catalog.load({"stacks.fixture_megatron.attention_bytes_forward": 40.0})
+    assert middle_forward(d, catalog=hotter) == pytest.approx(middle_forward(d), rel=1e-12)
+
+
+def test_what_l2_cannot_hold_the_forward_waits_on_and_the_backward_reads_the_stash_whatever_l2_holds():
+    """Halving L2 below both footprints: the forward pays the missing share of its score passes and of
+    its element-wise traffic; the backward pays the missing share of its score passes beyond the 5 B
+    stash it reads back from HBM in any case, and its element-wise traffic does not depend on L2."""
+    cat = Catalog.load()
+    m, bw = cat.constants("fixture_megatron"), cat.devices["l4"]["memory_bandwidth_gbps"]
+    d = arch_doc("fixture_megatron", seq=512, heads=8, hidden=4096, gpu="l4")
+    wide, narrow = stage_times(d), stage_times(d, Catalog.load({"devices.l4.l2_cache_mb": 7.0}))
+    scores = 2 * 8 * 512 ** 2
+    score_miss, mlp_miss = 1 - 7.0 / 14, 1 - 7.0 / 32  # footprints 14 MB and 32 MB
+    elementwise = 2 * 2 * 34 * 512 * 4096 / 1e6 / bw
+    forward = scores * m["attention_bytes_forward"] * score_miss / 1e6 / bw + elementwise * mlp_miss
+    assert narrow["F"] - wide["F"] == pytest.approx(forward, rel=1e-9)
+    backward = scores * (m["attention_bytes_backward"] - 5) * score_miss / 1e6 / bw
+    assert narrow["BW"] - wide["BW"] == pytest.approx(backward, rel=1e-9)
 
 
 def test_async_dispatch_hides_the_host_behind_longer_gpu_work_and_shows_when_it_is_shorter():

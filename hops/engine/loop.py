@@ -338,13 +338,22 @@ def split_modes(value, p: int, name: str = "?") -> list[int]:
 
 
 def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[float]:
-    """Optimizer step per stage: given, or the step's HBM traffic over memory bandwidth.
+    """Optimizer step per stage: given, or the step's HBM traffic over memory bandwidth, plus
+    the wait at the gradient-norm all-reduce.
 
     The traffic comes from the stage's parameter count when the model shape is known
     (transformer layers, plus the word embeddings on the stage that runs the first model
     chunk and the LM head on the one that runs the last: the first and last stage, or only
     the first under ZB-V's V placement), at `optimizer_step_bytes_per_param`; otherwise
     from weights_mb. A GPU steps its share of the stage (tensor-parallel group, sharded optimizer).
+
+    Megatron clips gradients by their global norm before the update: each rank walks its
+    parameter list on the host (`optimizer_step_layer_host_ms` per transformer layer) and
+    reduces its fp32 grads on the GPU (`optimizer_grad_norm_bytes_per_param` of the step's
+    bytes), then all-reduces the partial norm over the model-parallel group, which spans every
+    pipeline stage. So each stage's step holds the slowest stage's pre-norm part, then its own
+    rest. Under optimizer post-validation (Qi et al., ICLR 2024) there is no such all-reduce:
+    each stage steps on its own pre-norm part.
     """
     ends = (0, scenario.n_stages - 1) if ends is None else ends
     if not scenario.optimizer_enabled:
@@ -353,21 +362,28 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         return list(scenario.optimizer_step_ms)
     m = catalog.constants(scenario.stack)
     arch = scenario.architecture
-    out = []
+    pre, rest = [], []
     for i, (st, dev, e) in enumerate(zip(scenario.stages, compute.devices, compute.expected)):
+        # each GPU of a tensor-parallel group steps its 1/t; a sharded optimizer (zero1, fsdp) its 1/d of that
+        shards = st.tp * (scenario.dp_degree if scenario.dp_sharding != "none" else 1)
         if scenario.hidden_dim and e.layers:
             h = scenario.hidden_dim
             params = e.layers * (arch.layer_params() if arch is not None else 12 * h * h)
             if i in ends:
                 params += (scenario.vocab_size or m["vocab_size"]) * h
-            traffic_mb = params * m["optimizer_step_bytes_per_param"] / 1e6
+            mb_per_byte = params / 1e6 / shards / dev.memory_bandwidth_gbps
+            norm = m["optimizer_grad_norm_bytes_per_param"]
+            pre.append(e.layers * m["optimizer_step_layer_host_ms"] + norm * mb_per_byte)
+            rest.append((m["optimizer_step_bytes_per_param"] - norm) * mb_per_byte + m["optimizer_step_fixed_ms"])
         else:
             k = m["optimizer_bytes_per_weight_byte"]
             traffic_mb = st.weights_mb * (2.0 + 2.0 * k)  # read grads + weights, read/write states, write weights
-        # each GPU of a tensor-parallel group steps its 1/t; a sharded optimizer (zero1, fsdp) its 1/d of that
-        shards = st.tp * (scenario.dp_degree if scenario.dp_sharding != "none" else 1)
-        out.append(traffic_mb / shards / dev.memory_bandwidth_gbps + m["optimizer_step_fixed_ms"])
-    return out
+            pre.append(0.0)
+            rest.append(traffic_mb / shards / dev.memory_bandwidth_gbps + m["optimizer_step_fixed_ms"])
+    if scenario.post_validation:
+        return [a + b for a, b in zip(pre, rest)]
+    wait = max(pre)
+    return [wait + b for b in rest]
 
 
 def _tensor_parallel_rows(comp_rows, exp, placement) -> list[tuple]:

@@ -3,8 +3,10 @@ user-given distributions.
 
 A pass's GPU work is the sum of its kernels' times (GEMMs compute-bound at the stack's
 efficiency, element-wise kernels memory-bound, the attention core by the stack's kernel:
-unfused, its s x s scores pass through HBM; flash, its FLOPs run at the kernel's own
-efficiency). How the host's dispatch meets that work is the stack's too:
+unfused, its s x s scores pass through HBM where they do not fit in L2; flash, its FLOPs run at
+the kernel's own efficiency). A forward waits only on the traffic L2 cannot hold: its kernels hand
+tensors straight on and its stash for the backward is written back behind the GEMMs; the backward
+reads that stash from HBM. How the host's dispatch meets that work is the stack's too:
     sync_launch (the fixtures' fit):  t = max(L * k_floor, GPU work) + t_launch (+ host costs)
     async (the host runs ahead):      t = max(L * k_floor + t_launch + host costs, GPU work)
 L (transformer layers on the stage) is given, or estimated from the stage's FLOPs. Backward
@@ -77,6 +79,54 @@ def split_floors(floor: float, model) -> tuple[float, float]:
     return floor * (1.0 - share) * factor, floor * share * factor
 
 
+def l2_miss(footprint_mb: float, l2_cache_mb: float) -> float:
+    """Share of a chain of kernels' traffic over `footprint_mb` of tensors that reaches HBM.
+
+    Kernels that hand tensors one to the next hit the L2 cache while those tensors fit; past
+    it, the part that does not fit streams through HBM on every pass. A GPU without an L2
+    figure (0) sends everything to memory, as the model did before L2 was modelled.
+    """
+    if l2_cache_mb <= 0 or footprint_mb <= 0:
+        return 1.0
+    return max(0.0, 1.0 - l2_cache_mb / footprint_mb)
+
+
+def score_l2_miss(scores_per_layer: float, model, precision: str, l2_cache_mb: float) -> float:
+    """Share of unfused attention's per-score passes that reach HBM rather than the L2 cache.
+
+    A layer's attention core runs its score kernels (QK^T, softmax, dropout, the value product,
+    and their gradients) one after another over score-sized tensors: the scores in the run's
+    precision plus what the core stashes for its backward (softmax output, dropout mask and
+    output: ``activation_score_bytes``, Korthikanti et al. 2022). While that footprint fits in
+    L2, the passes between kernels hit the cache; past it, the part that does not fit streams
+    through HBM on every pass.
+    """
+    per_score = model["bytes_per_element"][precision] + model["activation_score_bytes"]
+    return l2_miss(scores_per_layer * per_score / 2**20, l2_cache_mb)
+
+
+def mlp_handover_l2_miss(scenario: Scenario, model, l2_cache_mb: float, tp: int = 1) -> float:
+    """Share of a forward pass's element-wise traffic that waits on HBM rather than L2.
+
+    A forward's element-wise kernels (bias, activation function, dropout, residual, layer norm)
+    hand each activation straight to the next kernel. The widest hand-over is the MLP's: the
+    activation function reads fc1's ffn-wide output (gate and up outputs when gated) and writes
+    the ffn-wide tensor fc2 reads, in the run's precision, on each rank's ffn / t columns
+    (2 x 4h x 2 B = 16 B per token and hidden unit for a bf16 GPT). While that fits in L2 the
+    chain does not wait on HBM, and the stash the forward leaves for its backward is written
+    back from L2 behind the compute-bound GEMMs that follow. The backward reads the stash from
+    HBM whatever L2 holds, so only the forward uses this.
+    """
+    if not scenario.hidden_dim or not scenario.seq_len:
+        return 1.0
+    arch = scenario.architecture
+    ffn = arch.ffn_dim if arch is not None else 4 * scenario.hidden_dim
+    tensors = 3 if arch is not None and arch.ffn_gated else 2
+    tokens = scenario.seq_len * scenario.micro_batch_size
+    footprint = tensors * tokens * ffn / tp * model["bytes_per_element"][scenario.precision]
+    return l2_miss(footprint / 2**20, l2_cache_mb)
+
+
 class ComputeModel:
     """Resolves every stage to expected F/B/W/BW times and draws jittered samples from them."""
 
@@ -109,6 +159,7 @@ class ComputeModel:
             # heads' and the MLP's split t ways, the norms and dropouts whole unless sequence-parallel
             arch = s.architecture
             t_m *= arch.activation_bytes(tp, bool(m["sequence_parallel"])) / arch.activation_bytes()
+        t_m_f = t_m * mlp_handover_l2_miss(s, m, dev.l2_cache_mb, tp)  # the forward's share that waits on HBM
         flash = m["attention"] == "flash"
         # The attention core of a stage derived from the architecture: a fused (flash) kernel runs
         # its FLOPs at the kernel's own efficiency, skipping the masked half under a causal mask,
@@ -121,18 +172,26 @@ class ComputeModel:
             t_fa_b = attn * m["flash_backward_flop_factor"] / peak * 1000.0 / m["flash_efficiency_backward"]
         else:
             t_c += attn / peak * 1000.0 * m["compute_time_coefficient"]
-        # Unfused attention materializes each head's s x s scores in HBM: forward writes them,
-        # softmax reads and rewrites them, the value product reads them again; the backward
-        # walks them more times. At long sequences this traffic, not the FLOPs, sets the time.
-        # A flash kernel keeps them on chip: no such traffic.
+        # Unfused attention materializes each head's s x s scores: forward writes them, softmax
+        # reads and rewrites them, the value product reads them again; the backward walks them
+        # more times. Those passes reach HBM when a layer's scores do not fit in L2
+        # (score_l2_miss); at long sequences this traffic, not the FLOPs, sets the time. The
+        # forward's stash (softmax output, dropout mask and output) is written back from L2
+        # behind the GEMMs that follow, so the forward pays only the passes that miss; the
+        # backward reads the stash back from HBM (written a pipeline round earlier) whatever L2
+        # holds. A flash kernel keeps the scores on chip: no such traffic.
         scores = 0.0
         if not flash and s.hidden_dim and s.seq_len:
             if s.architecture is not None:
                 scores = layers * s.architecture.scores() * s.micro_batch_size / tp
             elif m["attention_head_dim"]:
                 scores = layers * s.hidden_dim / m["attention_head_dim"] * s.seq_len ** 2 * s.micro_batch_size
-        t_attn_f = t_fa_f + scores * m.get("attention_bytes_forward", 0.0) / 1e6 / dev.memory_bandwidth_gbps
-        t_attn_b = t_fa_b + scores * m.get("attention_bytes_backward", 0.0) / 1e6 / dev.memory_bandwidth_gbps
+        miss = score_l2_miss(scores / layers if layers else 0.0, m, s.precision, dev.l2_cache_mb)
+        stash = m["activation_score_bytes"]
+        bytes_f = m.get("attention_bytes_forward", 0.0) * miss
+        bytes_b = stash + (m.get("attention_bytes_backward", 0.0) - stash) * miss
+        t_attn_f = t_fa_f + scores * bytes_f / 1e6 / dev.memory_bandwidth_gbps
+        t_attn_b = t_fa_b + scores * bytes_b / 1e6 / dev.memory_bandwidth_gbps
         k = s.backward_factor
         if m["recompute"] == "full":  # the backward reruns the layer's forward first
             t_attn_b += t_attn_f + t_c / k + t_m / k
@@ -173,7 +232,7 @@ class ComputeModel:
             tp_f, tp_b, tp_bw = self._tensor_parallel_ms(i, layers, first, last, t_c, k, a)
         # (GPU work, host cost outside the floor) of each pass; the score gradients are part of
         # the input gradient (B), W only forms weight gradients
-        gpu_f, host_f = t_c + t_m + t_attn_f + lm + lm_logits_f + tp_f, embed + loss_fixed
+        gpu_f, host_f = t_c + t_m_f + t_attn_f + lm + lm_logits_f + tp_f, embed + loss_fixed
         gpu_bw = k * t_c + k * t_m + t_attn_b + k * lm + lm_logits_b + embed_b + tp_bw
         gpu_b = a * k * t_c + a * k * t_m + t_attn_b + a * k * lm + lm_logits_b + tp_b
         gpu_w = (1 - a) * k * t_c + (1 - a) * k * t_m + (1 - a) * k * lm + embed_b
@@ -181,7 +240,7 @@ class ComputeModel:
             f = max(gpu_f, floor + launch + host_f)
             bw, b, w = (max(g, fl + launch) for g, fl in ((gpu_bw, floor_bw), (gpu_b, floor_b), (gpu_w, floor_w)))
         else:  # sync_launch, the fixture fit: the floor overlaps the kernels, the launch and host costs add
-            f = max(t_c + t_m + t_attn_f + tp_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
+            f = max(t_c + t_m_f + t_attn_f + tp_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
             bw = max(k * t_c + k * t_m + t_attn_b + tp_bw, floor_bw) + launch + k * lm + lm_logits_b + embed_b
             b = max(a * k * t_c + a * k * t_m + t_attn_b + tp_b, floor_b) + launch + a * k * lm + lm_logits_b
             w = max((1 - a) * k * t_c + (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm + embed_b

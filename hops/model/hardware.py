@@ -253,6 +253,7 @@ class DeviceParams:
     launch_overhead_ms: float
     mtbf_hours: float
     slowdown: float = 1.0
+    l2_cache_mb: float = 0.0  # the GPU's L2 (0: not modelled)
     host_network_gbps: float | None = None  # the host's network interface, as NCCL reaches it
     same_type_allreduce_gbps: float | None = None  # two-way all-reduce rate between two such hosts
     k_floor_ms: float | None = None           # per-layer dispatch floor, forward (from the stack preset)
@@ -311,7 +312,7 @@ class Topology:
                 id=d.id, gpu=d.gpu, node=d.node, peak_tflops=float(params["peak_tflops"]),
                 memory_bandwidth_gbps=float(params["memory_bandwidth_gbps"]), memory_gb=float(params["memory_gb"]),
                 launch_overhead_ms=float(params["launch_overhead_ms"]), mtbf_hours=float(params["mtbf_hours"]),
-                slowdown=float(params.get("slowdown", 1.0)),
+                slowdown=float(params.get("slowdown", 1.0)), l2_cache_mb=float(params.get("l2_cache_mb", 0.0)),
                 host_network_gbps=_opt_float(params.get("host_network_gbps")),
                 same_type_allreduce_gbps=_opt_float(params.get("same_type_allreduce_gbps")),
                 k_floor_ms=_opt_float(params.get("k_floor_ms")),
