@@ -359,7 +359,7 @@ def table_placement(cases: list[dict]) -> str:
         p = c["planned"]
         order = ", ".join(f"{d}({n})" for d, n in zip(p["order"], p["layers"]))
         lines.append(f"| {c['name']} | {c['group']} | {c['layers']} | {mark(c['uniform'])} | "
-                     f"{mark(c['flops_proportional'])} | {mark(c['best_uniform'])} | {p['samples_per_s']:.2f} | "
+                     f"{mark(c['flops_proportional'])} | {mark(c['best_uniform'])} | {mark(p)} | "
                      f"{c['gain_pct']:+.1f}% | {c['gain_vs_flops_pct']:+.1f}% | {c['gain_vs_best_uniform_pct']:+.1f}% | "
                      f"{'yes' if c['order_changed'] else 'no'} | {order} | {c['seconds']:.1f} |")
     g = [c for c in cases if c["flops_proportional"]["fits"]]
