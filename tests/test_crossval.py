@@ -54,21 +54,14 @@ def test_the_fit_stays_within_the_space_bounds_and_names_values_at_a_bound(shape
     assert result.at_bound()["stacks.fixture_megatron.compute_time_coefficient"] == "high"
 
 
-def test_a_gpu_absent_from_the_fit_data_gets_the_generic_floor_not_a_fitted_one(fixtures_root):
+@pytest.mark.parametrize("constant", ["k_floor_ms", "launch_overhead_ms"])
+def test_a_gpu_absent_from_the_fit_data_gets_the_stacks_default_not_a_fitted_value(fixtures_root, constant):
+    """A per-GPU constant (dispatch floor, launch cost) for a GPU the fit has no data on is not
+    fitted: it is what HOPS would predict for a GPU the stack has no entry for, its `default`."""
     data = phase_fit.stage_phases(list_fixtures(fixtures_root, "train", ["exp2_8_h100_pair_pp2_run105"]))
-    a10g, h100 = f"{STACK}.k_floor_ms.a10g", f"{STACK}.k_floor_ms.h100"
+    a10g, h100 = f"{STACK}.{constant}.a10g", f"{STACK}.{constant}.h100"
     result = phase_fit.fit(data, _params(a10g, h100), starts=1)
-    generic = Catalog.load().stacks["fixture_megatron"]["k_floor_ms"]["default"]
-    assert result.unseen == {a10g: generic}
-    assert result.values[a10g] == generic
-
-
-def test_a_gpu_absent_from_the_fit_data_gets_the_stacks_default_launch(fixtures_root):
-    """As a prediction for a GPU the stack has no entry for: hops.hardware.per_gpu's `default`."""
-    data = phase_fit.stage_phases(list_fixtures(fixtures_root, "train", ["exp2_8_h100_pair_pp2_run105"]))
-    a10g, h100 = f"{STACK}.launch_overhead_ms.a10g", f"{STACK}.launch_overhead_ms.h100"
-    result = phase_fit.fit(data, _params(a10g, h100), starts=1)
-    generic = Catalog.load().stacks["fixture_megatron"]["launch_overhead_ms"]["default"]
+    generic = Catalog.load().stacks["fixture_megatron"][constant]["default"]
     assert result.unseen == {a10g: generic}
     assert result.values[a10g] == generic
 
