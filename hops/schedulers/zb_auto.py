@@ -228,9 +228,10 @@ class ZBAuto(StaticOrderScheduler):
     """The paper's automatic schedule under a memory limit (option ``memory_limit``: microbatch
     activations per stage, default p, 1F1B's peak).
 
-    Only the heuristic runs: the paper's integer-program refinement of its order is not
-    implemented, so where the ILP would have shortened the heuristic's order, HOPS's ZB-1p /
-    ZB-2p run the longer one."""
+    The paper's integer-program refinement of the order is not implemented; the handcrafted
+    ZB-H1 / ZB-H2 orders within the limit stand among the heuristic's candidates instead, so
+    HOPS's ZB-1p / ZB-2p are never slower than them at the expected times, but can be slower
+    than the program's optimum (module docstring)."""
 
     name = "zb_auto"
     option_names: tuple[str, ...] = ("memory_limit",)
