@@ -28,7 +28,7 @@ TRAIN = ("exp2_13_a10g_pair_pp2_run135", "exp2_14_l4_pair_pp2_run137")
 DIAGNOSTIC = "exp3_47_diag_pp3_gpipe_a10g_h100_l4_run371"
 PROVENANCE = {"git_commit", "git_diff_hash", "model_fingerprint", "split", "variants", "overrides"}
 COEF = "stacks.fixture_megatron.compute_time_coefficient"  # 1 / GEMM efficiency: every stage's GEMM time scales with it
-PRESET = 2.0  # its value in hops/presets/stacks.yaml
+PRESET = Catalog.load().stacks["fixture_megatron"]["compute_time_coefficient"]  # its value in hops/presets/stacks.yaml
 
 
 # --------------------------------------------------------------------------- environment

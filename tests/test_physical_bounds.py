@@ -43,7 +43,9 @@ def pair(**edits) -> dict:
 # (edits, the field the error names, what it says the derived value is)
 IMPOSSIBLE = [
     ({"pipeline__stages__1__compute__tflop": 1e308}, "pipeline.stages[1].compute", "is inf ms"),
-    ({"pipeline__stages__1__compute__memory_mb": 1e308}, "pipeline.stages[1].compute", "is 5e+304 ms"),
+    # 1e308 MB at 2000 GB/s is 5e+304 ms, of which the forward waits on the share its MLP
+    # hand-overs cannot keep in the H100's 50 MB of L2 (compute.mlp_handover_l2_miss): 0.609
+    ({"pipeline__stages__1__compute__memory_mb": 1e308}, "pipeline.stages[1].compute", "is 3.04687e+304 ms"),
     ({"pipeline__stages__0__compute__tflop": 1e200}, "pipeline.stages[0].compute", "tflop=1e+200"),
     ({"pipeline__stages__0__layers": 1e300}, "pipeline.stages[0].compute", "layers=1e+300"),
     ({"overrides__devices__h100_0__peak_tflops": 1e-300}, "pipeline.stages[0].compute", "1e-300 TFLOP/s"),
