@@ -286,27 +286,30 @@ def plan(meta: PipelineMeta, limit: int) -> list[list[Task]]:
 
 def _plan(meta: PipelineMeta, limit: int) -> list[list[Task]]:
     p, m = meta.n_stages, meta.n_microbatches
-    _, _, xf, xb, _ = pipeline_links(meta)
-    times = (list(meta.f), list(meta.b), list(meta.w), xf, xb)
-    its = iterations_of(meta)
-    longer = back_to_back(meta)
+    its, longer = iterations_of(meta), back_to_back(meta)
     best = None
-    for extra_warmup, skip_f, late in product((False, True), (False, True), LATE):
-        orders = heuristic_orders(p, m, limit, times, extra_warmup, skip_f, late, meta.blocking_send)
-        if orders is None:
-            continue
+    for orders in _candidates(meta, limit):
         makespan, _ = simulate_policy(longer, static_policy(repeat_orders(orders, m, its)))
         if best is None or makespan < best[0] - _EPS:
             best = (makespan, orders)
-    # The ILP's optimum is no longer than any order that keeps the memory limit, the handcrafted
-    # ZB-H1 and ZB-H2 among them, so HOPS, without the ILP, keeps them as candidates too: its
-    # ZB-1p / ZB-2p are never slower than the handcrafted order of the same memory.
-    for name in ("zb_h1", "zb_h2") if m >= 2 * p - 1 else ("zb_h1",):  # ZB-H2's warm-up needs 2p - 1
-        orders = builtin_orders(name, p, m)
-        if all(peak_in_flight(o) <= limit for o in orders):
-            makespan, _ = simulate_policy(longer, static_policy(repeat_orders(orders, m, its)))
-            if best is None or makespan < best[0] - _EPS:
-                best = (makespan, orders)
     if best is None:
         raise RuntimeError(f"zb_auto: the heuristic found no order for p {p}, m {m}, memory limit {limit}")
     return best[1]
+
+
+def _candidates(meta: PipelineMeta, limit: int):
+    """The heuristic's order at every point of the grid, then the handcrafted orders within the
+    limit: the ILP's optimum is no longer than any order that keeps the memory limit, ZB-H1 and
+    ZB-H2 among them, so HOPS, without the ILP, keeps them as candidates too (its ZB-1p / ZB-2p
+    are never slower than the handcrafted order of the same memory). Ties go to the earlier."""
+    p, m = meta.n_stages, meta.n_microbatches
+    _, _, xf, xb, _ = pipeline_links(meta)
+    times = (list(meta.f), list(meta.b), list(meta.w), xf, xb)
+    for extra_warmup, skip_f, late in product((False, True), (False, True), LATE):
+        orders = heuristic_orders(p, m, limit, times, extra_warmup, skip_f, late, meta.blocking_send)
+        if orders is not None:
+            yield orders
+    for name in ("zb_h1", "zb_h2") if m >= 2 * p - 1 else ("zb_h1",):  # ZB-H2's warm-up needs 2p - 1
+        orders = builtin_orders(name, p, m)
+        if all(peak_in_flight(o) <= limit for o in orders):
+            yield orders
