@@ -371,10 +371,10 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
             params = e.layers * (arch.layer_params() if arch is not None else 12 * h * h)
             if i in ends:
                 params += (scenario.vocab_size or m["vocab_size"]) * h
-            mb_per_byte = params / 1e6 / shards / dev.memory_bandwidth_gbps
+            ms_per_byte_per_param = params / 1e6 / shards / dev.memory_bandwidth_gbps
             norm = m["optimizer_grad_norm_bytes_per_param"]
-            pre.append(e.layers * m["optimizer_step_layer_host_ms"] + norm * mb_per_byte)
-            rest.append((m["optimizer_step_bytes_per_param"] - norm) * mb_per_byte + m["optimizer_step_fixed_ms"])
+            pre.append(e.layers * m["optimizer_step_layer_host_ms"] + norm * ms_per_byte_per_param)
+            rest.append((m["optimizer_step_bytes_per_param"] - norm) * ms_per_byte_per_param + m["optimizer_step_fixed_ms"])
         else:
             k = m["optimizer_bytes_per_weight_byte"]
             traffic_mb = st.weights_mb * (2.0 + 2.0 * k)  # read grads + weights, read/write states, write weights
