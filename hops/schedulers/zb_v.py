@@ -58,12 +58,10 @@ target above, with an integer program's orders
 for (2, 4) and (3, 6) run the microbatches in waves of p. Wherever p divides m >= 2p it builds
 the parallelogram: checked for every p <= 8 at m = 2p to 5p and at (12, 24), (16, 32), (16, 80)
 and (32, 64) (tests/test_zb_table.py); (32, 320) planned over two iterations takes about a
-second. Under post-validation it is one more candidate in the replay choice and loses every
-tie, so it is used only where it replays shorter. Under the flush it is not a candidate, so the
-orders there, and hetero_search's V candidates (the same list rules), are unchanged; it would
-sometimes win there too (at unit times one unit shorter at (6, 17) and (6, 29); 1.5 to 3.5 %
-shorter on bench_a10g_front, hetero_pp4_fast_front and bench_l4_middle of the hetero_scheduler
-study), which would move hetero_search's comparison with zb_v.
+second. It is one more candidate in the replay choice, with the barrier too, and loses every
+tie, so it is used only where it replays shorter. With the barrier it shortened zb_v on 15 of
+the 16 reference configs of the hetero_scheduler study (split cost "share", expected times: by
+0.02 to 2.7 %) and at unit times at (6, 17) and (6, 29), by one unit.
 Where p does not divide m it misses the parallelogram: post-validated it is sometimes the
 shorter candidate (two iterations at (5, 14): 175 against the rules' 178 and the bound's 173),
 often not, and the steady state keeps a bubble (orders at 2p with zero bubble exist there too,
@@ -275,8 +273,8 @@ class ZBV(DeviceOrderScheduler):
         # The rule at unit times (the paper's setting) and at the pipeline's expected times (a
         # heterogeneous or communication-bound V needs a different order); keep whichever runs
         # shorter at the expected times. All hold at most ``cap`` chunk activations per device.
-        # The building-block rule is for the post-validated steady state; it loses every tie, so
-        # it is kept only when it replays shorter. Under the flush the orders stay the rules'.
+        # The building-block rule (made for the post-validated steady state, and often shorter
+        # with the barrier too) loses every tie, so it is kept only when it replays shorter.
         # Each candidate is judged as the engine runs it (hops.schedulers.replay: FIFO links,
         # blocking sends), not by the list schedule's own replay, whose links never queue and
         # whose sends never hold the device: that ranked the orders wrongly.
@@ -285,8 +283,7 @@ class ZBV(DeviceOrderScheduler):
         plans = [(its, rule) for rule in rules]
         if its > 1:  # the barrier's candidates too (planned over one), so post-validation never loses one
             plans += [(1, rule) for rule in rules]
-        if meta.post_validation:
-            plans += [(its, (times, dict(block=True))) for times in (None, expected)]
+        plans += [(its, (times, dict(block=True))) for times in (None, expected)]
         candidates = []
         for over, (times, rule) in plans:
             r = list_schedule(p, m, times, cap=cap, iterations=over, **rule)
