@@ -527,7 +527,7 @@ def v_leads_under_draws(meta: PipelineMeta, plan: Plan, meta_v: PipelineMeta, vp
         for k, (mt, orders, per_device) in enumerate(runs):
             draws = first[k] if n == n_draws else jitter_draws(back_to_back(mt), seed, n)
             x = makespans_under_draws(back_to_back(mt), orders, draws, per_device)
-            stats.append((fmean(x) + its * mt.flush_ms, (stdev(x) ** 2 / n if n > 1 else 0.0)))
+            stats.append((fmean(x) + its * mt.flush_ms, stdev(x) ** 2 / n if n > 1 else float("inf")))
         (mean_one, var_one), (mean_v, var_v) = stats
         diff, se = mean_one - mean_v, (var_one + var_v) ** 0.5
         lead = diff > 2 * se
