@@ -427,7 +427,7 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
         candidates["built-in zb_v"] = zbv.order
         t = run(zbv.order)
         if t < best[0] - 1e-9:
-            best = (t, zbv.order, "zb_v's building-block order")
+            best = (t, zbv.order, "zb_v's post-validated order" if meta.post_validation else "zb_v's building-block order")
     best_t, base, label = best
     # Fused-or-split per device: a coordinate descent from all-split, busiest devices first.
     split_of = [bytearray(b"\x01" * m) for _ in range(n)]
