@@ -84,7 +84,8 @@ def spec_scenario(fixture: Fixture) -> dict:
     enabled: false` is the original simulator's template switch, not a property of the job, so
     the prediction runs the optimizer, with the step time the model derives from the stage's
     parameters, never a time read from the trace. Likewise the job's schedule is Megatron's,
-    not the scenario's label (below), and its stack and hosts are the fixture cluster's.
+    not the scenario's label (below), its stack and hosts are the fixture cluster's, and its
+    stages do the FLOPs of the layers the scenario encodes (_layer_flops_of_the_job).
     """
     doc = on_fixture_cluster(copy.deepcopy(fixture.scenario_doc))
     opt = dict(doc.get("optimizer") or {})
@@ -99,7 +100,36 @@ def spec_scenario(fixture: Fixture) -> dict:
         # trace runs 1F1B's order with BACKWARD events only).
         pipe["schedule"] = "1f1b"
         pipe.pop("scheduler_options", None)
+    if isinstance(pipe, dict):
+        _layer_flops_of_the_job(pipe, int((doc.get("simulation") or {}).get("micro_batch_size") or 1))
     return doc
+
+
+# The experiment's scenarios declare a stage's forward work as this many FLOPs per layer, token and
+# hidden unit squared (tflop = 28 s h^2 x layers x micro-batch; every train stage is an integer
+# number of layers at 28, calibration iteration 18). It is a GPT layer's forward only at s = h.
+FIXTURE_FLOPS_PER_LAYER_TOKEN = 28
+
+
+def _layer_flops_of_the_job(pipe: dict, micro_batch: int) -> None:
+    """Each analytical stage's layers as the scenario encodes them, at the FLOPs those layers do.
+
+    A GPT layer's forward is 24 s h^2 FLOPs in its four linear layers plus 4 s^2 h in the attention
+    core (QK^T and the value product), 24 s h^2 (1 + s / 6h) (Narayanan et al., SC'21, sec. 5.1), so
+    the scenarios' 28 s h^2 under-counts long sequences (by 43 % at s 4096, h 1024) and over-counts
+    wide layers. The job ran the layers, not the declared FLOPs.
+    """
+    model = pipe.get("model") or {}
+    s, h = model.get("seq_len"), model.get("hidden_dim")
+    if not s or not h:
+        return
+    for st in pipe.get("stages") or []:
+        c = st.get("compute") if isinstance(st, dict) else None
+        if not isinstance(c, dict) or c.get("mode", "analytical") != "analytical" or c.get("tflop") is None:
+            continue
+        layers = float(st.get("layers") or c["tflop"] * 1e12 / (FIXTURE_FLOPS_PER_LAYER_TOKEN * s * h * h * micro_batch))
+        st["layers"] = layers
+        st["compute"] = {**c, "tflop": layers * micro_batch * (24 * s * h * h + 4 * s * s * h) / 1e12}
 
 
 def link_calibrated_scenario(fixture: Fixture) -> dict:

@@ -201,6 +201,28 @@ def test_the_calibration_variants_name_the_fixture_stack_and_hosts(fixtures_root
     assert load_scenario(raw).stack == "megatron_core"  # as-is it loads, as a user scenario
 
 
+@pytest.mark.parametrize("fid, s, h, declared", [
+    ("exp2_33_all_nodes_seq4096_run197", 4096, 1024, 0.24),  # 2 layers at 28 s h^2 (0.2405, rounded)
+    ("exp2_34_all_nodes_hidden2048_run201", 1024, 2048, 0.24),
+    ("exp2_1_all_nodes_run93", 1024, 1024, 0.06),  # s = h: 28 s h^2 is exact
+])
+def test_the_calibration_variants_charge_the_layers_the_scenario_encodes_their_true_flops(fixtures_root, fid, s, h,
+                                                                                            declared):
+    from autoresearch.fixtures import Fixture
+    from autoresearch.variants import spec_scenario
+
+    path = fixtures_root / "train" / "cluster_results" / fid
+    doc = spec_scenario(Fixture(path.name, "train", path))
+    layers = declared * 1e12 / (28 * s * h * h)  # the layer count the declared FLOPs encode
+    assert layers == pytest.approx(2.0, rel=0.01)
+    for st in doc["pipeline"]["stages"]:
+        assert st["layers"] == pytest.approx(layers)
+        # a GPT layer's forward: 24 s h^2 in the linear layers + 4 s^2 h in the attention core
+        assert st["compute"]["tflop"] == pytest.approx(layers * (24 * s * h * h + 4 * s * s * h) / 1e12)
+        assert st["compute"]["tflop"] / declared == pytest.approx((24 + 4 * s / h) / 28)
+    assert [st.layers for st in load_scenario(doc).stages] == pytest.approx([layers] * 6)
+
+
 def test_unknown_stack_and_host_names_are_one_line_errors():
     d = arch_doc("tensorrt")
     with pytest.raises(HopsError, match=r"^pipeline.stack: got 'tensorrt'; expected one of fixture_megatron, "
