@@ -251,17 +251,21 @@ def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> Non
         path.write_text(yaml.safe_dump(doc))
         env = {**os.environ, "MPLBACKEND": "Agg"}
 
-        def cli(*args):
-            proc = subprocess.run([sys.executable, "-m", "hops.run", f"scenario_file={path}",
+        def cli(*args, worker: bool = False):
+            run = ["-c", FORCED_WORKER] if worker else ["-m", "hops.run"]
+            proc = subprocess.run([sys.executable, *run, f"scenario_file={path}",
                                    f"hydra.run.dir={tmp / 'run'}", *args], cwd=REPO, env=env,
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 raise SystemExit(proc.stderr)
 
-        e2e = {"hops.run end to end, plots off": timed(lambda: cli("output.plots=false"), repeats),
-               "... plots off, trace.json.gz": timed(lambda: cli("output.plots=false", "output.chrome_trace_gz=true"),
-                                                     repeats),
-               **({"hops.run end to end, plots on": timed(lambda: cli(), repeats)} if plots else {})}
+        cases = {"hops.run end to end, plots off": ("output.plots=false",),
+                 "... plots off, trace.json.gz": ("output.plots=false", "output.chrome_trace_gz=true"),
+                 **({"hops.run end to end, plots on": ()} if plots else {})}
+        runs = {k: (lambda a=a: cli(*a)) for k, a in cases.items()}
+        if plots and (REPO / "hops" / "run" / "plot_worker.py").is_file():
+            runs["... plots on, plot worker forced"] = lambda: cli(worker=True)
+        e2e, paired = end_to_end(lambda: hops.simulate(doc), runs, repeats)
     print(f"large scenario: PP{p} x {m}, {batches} iterations, {n:,} events (medians of {repeats}; "
           f"wall, then CPU of the process and its children)")
     print(f"  {'hops.simulate':34s} {t_sim:8.2f} s   1.00x   cpu {c_sim:6.2f} s   1.00x")
@@ -271,6 +275,50 @@ def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> Non
     for k, (v, c) in e2e.items():
         print(f"  {k:34s} {v:8.2f} s   {v / t_sim:4.2f}x   cpu {c:6.2f} s   {c / c_sim:4.2f}x"
               + ("   (target <= 2x)" if k.endswith(("plots off", "plots on")) else ""))
+    print(f"  paired with a simulate run just before each (median ratio [min-max] of {repeats} rounds; "
+          f"simulate {statistics.median(paired['simulate']):.2f} s):")
+    for k in e2e:
+        r = paired[k]
+        print(f"  {k:34s} {statistics.median(r):4.2f}x  [{min(r):.2f}-{max(r):.2f}]")
+
+
+# `python -m hops.run` drawing its PNGs in hops.run.plot_worker whatever the load: what the worker
+# does on this box now, next to what the run chose (it draws in process while no core is spare)
+FORCED_WORKER = "from hops.run import app, plot_worker; plot_worker.spare_core = lambda: True; app.main()"
+
+
+def end_to_end(simulate, cases: dict, repeats: int) -> tuple[dict, dict]:
+    """`timed` of each case, and each case's ratio to a simulate timed in the same round.
+
+    The rounds interleave a simulate and every case, so a ratio compares runs made under the
+    same load: on a shared box the load shifts between a block of simulates and a block of
+    end-to-end runs, and a ratio of the two blocks' medians moves with it.
+    """
+    try:
+        from hops.run.plot_worker import spare_core
+    except ImportError:  # a tree from before hops.run.plot_worker
+        spare_core = None
+    walls = {k: [] for k in ["simulate", *cases]}
+    cpus = {k: [] for k in cases}
+    for i in range(repeats):
+        load = os.getloadavg()[0]
+        spare = "n/a" if spare_core is None else "yes" if spare_core() else "no"
+        w0 = time.perf_counter()
+        simulate()
+        walls["simulate"].append(time.perf_counter() - w0)
+        for k, fn in cases.items():
+            c0, w0 = _cpu(), time.perf_counter()
+            fn()
+            walls[k].append(time.perf_counter() - w0)
+            cpus[k].append(_cpu() - c0)
+        print(f"  round {i + 1}: load {load:.2f}, spare core for the plot worker: {spare}; simulate "
+              f"{walls['simulate'][-1]:.2f} s; " + ", ".join(f"{k.removeprefix('hops.run end to end, ')} "
+                                                              f"{walls[k][-1] / walls['simulate'][-1]:.2f}x"
+                                                              for k in cases), flush=True)
+    medians = {k: (statistics.median(walls[k]), statistics.median(cpus[k])) for k in cases}
+    paired = {"simulate": walls["simulate"],
+              **{k: [w / s for w, s in zip(walls[k], walls["simulate"])] for k in cases}}
+    return medians, paired
 
 
 def main() -> None:
@@ -281,14 +329,18 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--small-only", action="store_true")
     ap.add_argument("--cold-only", action="store_true", help="only the fresh-process start-up figures")
+    ap.add_argument("--large-only", action="store_true", help="only the large scenario (no cold start, no small one)")
     ap.add_argument("--no-plots", action="store_true", help="skip the PNG writers and the end-to-end run with plots")
     args = ap.parse_args()
-    cold(args.repeats)
-    if args.cold_only:
-        return
-    small(args.repeats)
+    print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    if not args.large_only:
+        cold(args.repeats)
+        if args.cold_only:
+            return
+        small(args.repeats)
     if not args.small_only:
         large(args.stages, args.microbatches, args.batches, args.repeats, plots=not args.no_plots)
+    print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":
