@@ -67,39 +67,6 @@ def test_a_long_run_shows_what_it_does_then_erases_it_before_the_summary(tmp_pat
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["seed"] == 1
 
 
-WORKER_RUN = """
-import sys
-from hops.run import app, plot_worker
-
-plot_worker.MIN_PASSES = 0  # any run: the PNGs are drawn by hops.run.plot_worker
-plot_worker.spare_core = lambda: True
-draw = plot_worker.PlotWorker.draw
-
-def counted(self, plots):
-    print("drawn by the worker:", *plots, file=sys.stderr, flush=True)
-    return draw(self, plots)
-
-plot_worker.PlotWorker.draw = counted
-if __name__ == "__main__":  # the worker is spawned: it imports this module as __mp_main__
-    app.main(sys.argv[1:])
-"""
-
-
-def test_a_run_whose_plots_a_second_process_draws_ends_clean_on_a_terminal(tmp_path):
-    script = tmp_path / "worker_run.py"
-    script.write_text(WORKER_RUN)
-    code, out = on_terminal([sys.executable, str(script), "+scenario=h100_pair", f"hydra.run.dir={tmp_path / 'run'}"])
-    assert code == 0, out
-    assert "Traceback" not in out and "rror" not in out, out
-    shown = [ln for ln in lines_as_shown(out) if ln.strip()]
-    assert shown[0] == "drawn by the worker: timeline.png dashboard.png", out
-    assert shown[1].startswith("HOPS h100_pair: "), out
-    for png in ("timeline.png", "dashboard.png"):
-        assert (tmp_path / "run" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert str(tmp_path / "run" / png) in out
-    assert (tmp_path / "run" / "summary.json").is_file()
-
-
 @pytest.mark.parametrize("launcher", ["hops_joblib", "hops_submitit_local"])
 def test_a_multirun_on_a_terminal_runs_every_job(tmp_path, launcher):
     if launcher == "hops_submitit_local":

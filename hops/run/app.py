@@ -26,7 +26,6 @@ from typing import Any
 
 from hops.errors import EXIT_USER_ERROR, HopsError
 from hops.outputs.files import schedule_text, slowest_stage
-from hops.run import plot_worker
 from hops.run.progress import Progress
 
 
@@ -66,12 +65,9 @@ def task(cfg) -> float:
     (run_dir / SUMMARY).unlink(missing_ok=True)
     # Sweep jobs run side by side and print one line each: the sweep's own line counts them.
     progress = Progress(enabled=False if multirun else None, bar_format="{desc}[{elapsed}]")
-    plotter = None
     try:
         doc, name = scenario_document(cfg, hc)
         catalog = load_catalog(cfg)
-        if plot_worker.wanted(doc, multirun):
-            plotter = plot_worker.PlotWorker()  # started now: its start-up overlaps the simulation
 
         import warnings
 
@@ -93,14 +89,23 @@ def task(cfg) -> float:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     except HopsError as exc:
         progress.close()
-        _close(plotter)
         src = cfg.get("scenario_file")
         if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
             exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
-        return _job_error(exc, hc, run_dir, multirun)
+        if multirun:
+            # One bad combination must not lose the whole sweep: record it for the sweep
+            # table (hops.run.sweep reports failed jobs and makes the sweep exit with code 2).
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / ERROR_FILE).write_text(f"{exc}\n")
+            print(f"[job {hc.job.num}] error: {exc}", file=sys.stderr, flush=True)
+            return float("nan")
+        if _USER_FULL_ERROR:
+            raise
+        # Single run: exit here, before Hydra adds its own "Error executing job" line.
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
     except BaseException:
         progress.close()
-        _close(plotter)
         raise
     (run_dir / ERROR_FILE).unlink(missing_ok=True)
     sm = result.summary
@@ -108,39 +113,13 @@ def task(cfg) -> float:
                             scenario_file=_scenario_file(cfg))
     title = (f"{name} · {schedule_text(sm)} · {sm['throughput']['samples_per_s']:.2f} samples/s · "
              f"bubble {100 * sm['bubble_ratio']:.1f} %")
-    try:
-        with progress:  # erased before the summary prints
-            paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg),
-                                  progress=progress, plotter=plotter)
-    except HopsError as exc:  # e.g. the plot worker died
-        return _job_error(exc, hc, run_dir, multirun)
-    finally:
-        _close(plotter)
+    with progress:  # erased before the summary prints
+        paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg),
+                              progress=progress)
     text = job_line(result.summary, hc, run_dir) if multirun else format_summary(result, name, paths)
     _emit(text, over_progress=multirun)
     _to_job_log(text)
     return float(result.summary["throughput"]["samples_per_s"])
-
-
-def _job_error(exc: HopsError, hc, run_dir: Path, multirun: bool) -> float:
-    """A user error ends a single run with one line and exit code 2; a sweep job records it."""
-    if multirun:
-        # One bad combination must not lose the whole sweep: record it for the sweep
-        # table (hops.run.sweep reports failed jobs and makes the sweep exit with code 2).
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / ERROR_FILE).write_text(f"{exc}\n")
-        print(f"[job {hc.job.num}] error: {exc}", file=sys.stderr, flush=True)
-        return float("nan")
-    if _USER_FULL_ERROR:
-        raise exc
-    # Single run: exit here, before Hydra adds its own "Error executing job" line.
-    print(f"error: {exc}", file=sys.stderr)
-    sys.exit(EXIT_USER_ERROR)
-
-
-def _close(plotter: plot_worker.PlotWorker | None) -> None:
-    if plotter is not None:
-        plotter.close()
 
 
 def _scenario_file(cfg) -> str | None:
@@ -249,16 +228,14 @@ def load_catalog(cfg):
         raise CatalogError(f"catalog: {exc}") from None
 
 
-def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overrides: dict | None = None,
-                  progress: Progress | None = None, plotter: plot_worker.PlotWorker | None = None) -> dict[str, Path]:
+def write_outputs(result, run_dir: Path, title: str | None = None,
+                  catalog_overrides: dict | None = None, progress: Progress | None = None) -> dict[str, Path]:
     """Every output of a run, each renamed into place once complete, summary.json last.
 
     A directory without summary.json is an interrupted (or failed) run, never a complete one.
-    `progress` is told which file is being written (of how many). With a `plotter`
-    (hops.run.plot_worker) the PNGs are drawn there while the other files are written here.
+    `progress` is told which file is being written (of how many).
     """
     from hops.outputs import files as outputs
-    from hops.run.plot_worker import Plot, drawn
 
     run_dir.mkdir(parents=True, exist_ok=True)
     out = result.scenario.output
@@ -271,14 +248,13 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
     if out.get("plots", True):
         from hops.outputs.plots import plot_dashboard, plot_timeline  # cheap: matplotlib loads when one draws
 
-        plan.append(("timeline", "timeline.png", Plot(plot_timeline, (tl,), {"title": title})))
+        plan.append(("timeline", "timeline.png", lambda p: plot_timeline(tl, p, title=title)))
         plan.append(("dashboard", "dashboard.png",  # names scenario + schedule
-                     Plot(plot_dashboard, (result.summary, tl), {})))
+                     lambda p: plot_dashboard(result.summary, tl, p)))
         if result.extras.get("horizon") is not None:
             from hops.outputs.plots.progress import plot_progress
 
-            plan.append(("progress", "progress.png",
-                         Plot(plot_progress, (result.extras["horizon"],), {"title": title})))
+            plan.append(("progress", "progress.png", lambda p: plot_progress(result.extras["horizon"], p, title=title)))
     if out.get("chrome_trace", True):
         gz = bool(out.get("chrome_trace_gz", False))
 
@@ -286,21 +262,13 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
 
         plan.append(("trace", "trace.json.gz" if gz else "trace.json",
                      lambda p: write_chrome_trace(tl, p, compress=gz)))
-    # listed in plan order (summary first), written in the loop's order, summary.json last
-    paths: dict[str, Path] = {"summary": run_dir / outputs.SUMMARY, **{key: run_dir / name for key, name, _ in plan}}
-    plots = {name: w for _, name, w in plan if isinstance(w, Plot)} if plotter is not None else {}
-    pngs = plotter.draw(plots) if plots else None
+    paths: dict[str, Path] = {"summary": run_dir / outputs.SUMMARY}  # listed first, written last
     total = len(plan) + 1
-    for i, (key, name, writer) in enumerate(sorted(plan, key=lambda e: e[1] in plots), 1):  # the worker's last
+    for i, (key, name, writer) in enumerate(plan, 1):
         if progress is not None:
             progress.phase(f"hops: writing {name} ({i} of {total} files, {len(tl):,} events)")
-        if isinstance(writer, str):
-            outputs.write_text(run_dir / name, writer)
-        elif name in plots:
-            png = drawn(pngs, list(plots))[name]
-            outputs.write_with(run_dir / name, lambda p: p.write_bytes(png))
-        else:
-            outputs.write_with(run_dir / name, writer)
+        paths[key] = (outputs.write_text(run_dir / name, writer) if isinstance(writer, str)
+                      else outputs.write_with(run_dir / name, writer))
     if progress is not None:
         progress.phase(f"hops: writing summary.json ({total} of {total} files)")
     paths["summary"] = result.write_summary(run_dir)

@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from hops.timeline import Timeline
-from hops.outputs.plots.timeline_plot import (COMM_COLORS, PHASE_COLORS, _bars, _short, png_target, row_labels,
-                                              save_png)
+from hops.outputs.plots.timeline_plot import COMM_COLORS, PHASE_COLORS, PNG_OPTIONS, _bars, _short, row_labels
 
 _BAR = PHASE_COLORS["F"]
 _DPI = 110
@@ -127,8 +126,7 @@ def _annotate(ax, y, x, texts, fs, xmax):
 
 
 def plot_dashboard(summary: dict, timeline: Timeline, path, *, title: str | None = None) -> Path:
-    """Write the dashboard PNG for `summary` (summary.json dict) and its `timeline` to `path` (a file
-    name or a binary file); returns it.
+    """Write the dashboard PNG for `summary` (summary.json dict) and its `timeline`; returns the path.
 
     The header names the scenario and the schedule that ran (`title` replaces that part).
     """
@@ -140,7 +138,7 @@ def plot_dashboard(summary: dict, timeline: Timeline, path, *, title: str | None
     from matplotlib.ticker import MaxNLocator, PercentFormatter
     from matplotlib.transforms import offset_copy
 
-    path = png_target(path)
+    path = Path(path)
     tl = timeline
     util = summary.get("utilization", {}) or {}
     dev_util = util.get("per_device", {}) or {}
@@ -392,5 +390,5 @@ def plot_dashboard(summary: dict, timeline: Timeline, path, *, title: str | None
         ax_lc.set_title("Contended transfers", fontsize=10, loc="left", pad=18 + lift(n_link))
         ax_lw.set_title("Wait for link (total)", fontsize=10, loc="left", pad=18 + lift(n_link))
 
-    save_png(fig, path, _DPI)
+    fig.savefig(path, dpi=_DPI, facecolor="white", metadata={"Software": None}, pil_kwargs=PNG_OPTIONS)
     return path

@@ -18,18 +18,15 @@ MARKERS = {  # kind -> (color, marker, label)
 
 
 def plot_progress(result, path: str | Path, *, title: str | None = None) -> Path:
-    """Write the progress picture of a HorizonResult to `path` (PNG; a file name or a binary file) and return it."""
+    """Write the progress picture of a HorizonResult to `path` (PNG) and return the path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from hops.outputs.plots.timeline_plot import png_target
-
-    path = png_target(path)
-    if isinstance(path, Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     scale, unit = (24.0, "days") if result.horizon_ms / 3_600_000.0 > 72 else (1.0, "hours")
     t = np.asarray(result.progress_t_hours) / scale
     it = np.asarray(result.progress_iterations)
@@ -62,6 +59,6 @@ def plot_progress(result, path: str | Path, *, title: str | None = None) -> Path
                           f"{result.failure_count} failures")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    fig.savefig(path)
     plt.close(fig)
     return path

@@ -28,7 +28,6 @@ Design choices, and why:
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -66,15 +65,6 @@ _DENSE_PX = 4.0             # below this median bar width we stop drawing bar ed
 RASTER_MIN_BARS = 20_000    # dense charts with more bars are drawn as a coverage image
 # zlib level 3, not Pillow's 6: 0.06-0.1 s less per large chart for files ~6-16% larger
 PNG_OPTIONS = {"compress_level": 3}
-
-
-def png_target(path):
-    """A file name as a Path; a binary file (hops.run's plot worker draws into memory) as is."""
-    return Path(path) if isinstance(path, (str, os.PathLike)) else path
-
-
-def save_png(fig, path, dpi: float) -> None:
-    fig.savefig(path, format="png", dpi=dpi, facecolor="white", metadata={"Software": None}, pil_kwargs=PNG_OPTIONS)
 
 
 def _event_rows(tl: Timeline) -> np.ndarray:
@@ -245,7 +235,7 @@ def _chunk_handles(chunks: list[int], n_chunks: int, dense: bool) -> list:
 
 
 def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
-    """Write a PNG Gantt chart of `timeline` to `path` (a file name or a binary file) and return it."""
+    """Write a PNG Gantt chart of `timeline` to `path` and return the path."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PolyCollection
     from matplotlib.colors import to_rgb
@@ -253,7 +243,7 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
     from matplotlib.patches import Patch
 
     tl = timeline
-    path = png_target(path)
+    path = Path(path)
     n_st = max(tl.n_stages, 1)
     dpi = 110
 
@@ -456,5 +446,5 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
         if "seed" in meta:
             title += f", seed {meta['seed']}"
     fig.suptitle(title, y=1 - 0.1 / height_in, va="top", fontsize=12)
-    save_png(fig, path, dpi)
+    fig.savefig(path, dpi=dpi, facecolor="white", metadata={"Software": None}, pil_kwargs=PNG_OPTIONS)
     return path
