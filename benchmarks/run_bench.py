@@ -15,6 +15,7 @@ Prints medians (and the ratio to the simulation) for:
     python benchmarks/run_bench.py                   # both cases, 3 repeats
     python benchmarks/run_bench.py --small-only      # the quick one
     python benchmarks/run_bench.py --no-plots        # without the PNG writers
+    python benchmarks/run_bench.py --large-only --repeats 5   # only PP64 x 1024, in 5 paired rounds
     python benchmarks/run_bench.py --stages 32 --microbatches 512 --batches 2
 
 Measured 2026-12-03 on the shared 2-core dev box, other jobs running (load ~1.7), medians
@@ -72,6 +73,23 @@ alternating the tree at 958b7ca (before) and the changed one, two runs each, `--
 Two later full runs of the changed tree (load ~2): --repeats 5, plots on 2.04x [2.02x], timeline.png
 0.18x, dashboard.png 0.20x; --repeats 3, plots on 2.34x [2.34x] (plots off 1.58x), timeline.png
 0.16x, dashboard.png 0.20x. At the 2x line, not under it with a margin.
+Since then the end-to-end runs come in rounds, each right after a simulate, and the median of
+those paired ratios is printed with its range and each round's load (a ratio of two medians
+taken minutes apart moved with the load). `--large-only --repeats 5`, 2026-12-04 09:19, no
+change to hops since the table above, load 1.3-1.6: simulate 4.11 s, timeline.png 0.15x,
+dashboard.png 0.18x; paired, median [min-max]: plots off 1.69x [1.52-1.82], with trace.json.gz
+1.98x [1.67-2.09], plots on 2.14x [1.84-2.49].
+Tried against it, alternating the trees, and not kept:
+- the PNGs drawn by a second process (a spawned one-worker ProcessPoolExecutor, started before
+  the simulation so matplotlib's import overlaps it, returning PNG bytes; commit 48c5d21, then
+  reverted). It costs ~1 s more CPU (its interpreter and `import hops`, ~140 MB of Timeline
+  pickled through a pipe, 0.5 s before the worker has it) and gained only while a core was idle,
+  and not reliably then: whole runs 7.4-7.9 -> 6.9-7.1 s at load 0.6-1.3 (medians of 4), but
+  7.9 -> 8.7 s at load 0.4-1.6, 7.1 -> 8.0 s at load 1.2-2.3, and in this script at load 2.2-2.4
+  plots on 2.46x against 2.15x without it.
+- threads (the PNGs in one, events.csv and the trace in the other) overlap only what releases
+  the GIL (zlib, file writes, some numpy): the four writers in process 2.6 -> 2.1-2.3 s (load
+  ~0.5), whole runs at load 1.2-2.3 7.4 s against 7.1 s (no gain measurable).
 """
 from __future__ import annotations
 
@@ -251,9 +269,8 @@ def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> Non
         path.write_text(yaml.safe_dump(doc))
         env = {**os.environ, "MPLBACKEND": "Agg"}
 
-        def cli(*args, worker: bool = False):
-            run = ["-c", FORCED_WORKER] if worker else ["-m", "hops.run"]
-            proc = subprocess.run([sys.executable, *run, f"scenario_file={path}",
+        def cli(*args):
+            proc = subprocess.run([sys.executable, "-m", "hops.run", f"scenario_file={path}",
                                    f"hydra.run.dir={tmp / 'run'}", *args], cwd=REPO, env=env,
                                   capture_output=True, text=True)
             if proc.returncode != 0:
@@ -262,10 +279,8 @@ def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> Non
         cases = {"hops.run end to end, plots off": ("output.plots=false",),
                  "... plots off, trace.json.gz": ("output.plots=false", "output.chrome_trace_gz=true"),
                  **({"hops.run end to end, plots on": ()} if plots else {})}
-        runs = {k: (lambda a=a: cli(*a)) for k, a in cases.items()}
-        if plots and (REPO / "hops" / "run" / "plot_worker.py").is_file():
-            runs["... plots on, plot worker forced"] = lambda: cli(worker=True)
-        e2e, paired = end_to_end(lambda: hops.simulate(doc), runs, repeats)
+        e2e, paired = end_to_end(lambda: hops.simulate(doc), {k: (lambda a=a: cli(*a)) for k, a in cases.items()},
+                                 repeats)
     print(f"large scenario: PP{p} x {m}, {batches} iterations, {n:,} events (medians of {repeats}; "
           f"wall, then CPU of the process and its children)")
     print(f"  {'hops.simulate':34s} {t_sim:8.2f} s   1.00x   cpu {c_sim:6.2f} s   1.00x")
@@ -282,11 +297,6 @@ def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> Non
         print(f"  {k:34s} {statistics.median(r):4.2f}x  [{min(r):.2f}-{max(r):.2f}]")
 
 
-# `python -m hops.run` drawing its PNGs in hops.run.plot_worker whatever the load: what the worker
-# does on this box now, next to what the run chose (it draws in process while no core is spare)
-FORCED_WORKER = "from hops.run import app, plot_worker; plot_worker.spare_core = lambda: True; app.main()"
-
-
 def end_to_end(simulate, cases: dict, repeats: int) -> tuple[dict, dict]:
     """`timed` of each case, and each case's ratio to a simulate timed in the same round.
 
@@ -294,15 +304,10 @@ def end_to_end(simulate, cases: dict, repeats: int) -> tuple[dict, dict]:
     same load: on a shared box the load shifts between a block of simulates and a block of
     end-to-end runs, and a ratio of the two blocks' medians moves with it.
     """
-    try:
-        from hops.run.plot_worker import spare_core
-    except ImportError:  # a tree from before hops.run.plot_worker
-        spare_core = None
     walls = {k: [] for k in ["simulate", *cases]}
     cpus = {k: [] for k in cases}
     for i in range(repeats):
         load = os.getloadavg()[0]
-        spare = "n/a" if spare_core is None else "yes" if spare_core() else "no"
         w0 = time.perf_counter()
         simulate()
         walls["simulate"].append(time.perf_counter() - w0)
@@ -311,10 +316,9 @@ def end_to_end(simulate, cases: dict, repeats: int) -> tuple[dict, dict]:
             fn()
             walls[k].append(time.perf_counter() - w0)
             cpus[k].append(_cpu() - c0)
-        print(f"  round {i + 1}: load {load:.2f}, spare core for the plot worker: {spare}; simulate "
-              f"{walls['simulate'][-1]:.2f} s; " + ", ".join(f"{k.removeprefix('hops.run end to end, ')} "
-                                                              f"{walls[k][-1] / walls['simulate'][-1]:.2f}x"
-                                                              for k in cases), flush=True)
+        ratios = ", ".join(f"{k.removeprefix('hops.run end to end, ')} {walls[k][-1] / walls['simulate'][-1]:.2f}x"
+                           for k in cases)
+        print(f"  round {i + 1}: load {load:.2f}; simulate {walls['simulate'][-1]:.2f} s; {ratios}", flush=True)
     medians = {k: (statistics.median(walls[k]), statistics.median(cpus[k])) for k in cases}
     paired = {"simulate": walls["simulate"],
               **{k: [w / s for w, s in zip(walls[k], walls["simulate"])] for k in cases}}
