@@ -15,6 +15,7 @@ Prints medians (and the ratio to the simulation) for:
     python benchmarks/run_bench.py                   # both cases, 3 repeats
     python benchmarks/run_bench.py --small-only      # the quick one
     python benchmarks/run_bench.py --no-plots        # without the PNG writers
+    python benchmarks/run_bench.py --large-only --repeats 5   # only PP64 x 1024, in 5 paired rounds
     python benchmarks/run_bench.py --stages 32 --microbatches 512 --batches 2
 
 Measured 2026-12-03 on the shared 2-core dev box, other jobs running (load ~1.7), medians
@@ -72,6 +73,23 @@ alternating the tree at 958b7ca (before) and the changed one, two runs each, `--
 Two later full runs of the changed tree (load ~2): --repeats 5, plots on 2.04x [2.02x], timeline.png
 0.18x, dashboard.png 0.20x; --repeats 3, plots on 2.34x [2.34x] (plots off 1.58x), timeline.png
 0.16x, dashboard.png 0.20x. At the 2x line, not under it with a margin.
+Since then the end-to-end runs come in rounds, each right after a simulate, and the median of
+those paired ratios is printed with its range and each round's load (a ratio of two medians
+taken minutes apart moved with the load). `--large-only --repeats 5`, 2026-12-04 09:19, no
+change to hops since the table above, load 1.3-1.6: simulate 4.11 s, timeline.png 0.15x,
+dashboard.png 0.18x; paired, median [min-max]: plots off 1.69x [1.52-1.82], with trace.json.gz
+1.98x [1.67-2.09], plots on 2.14x [1.84-2.49].
+Tried against it, alternating the trees, and not kept:
+- the PNGs drawn by a second process (a spawned one-worker ProcessPoolExecutor, started before
+  the simulation so matplotlib's import overlaps it, returning PNG bytes; commit 48c5d21, then
+  reverted). It costs ~1 s more CPU (its interpreter and `import hops`, ~140 MB of Timeline
+  pickled through a pipe, 0.5 s before the worker has it) and gained only while a core was idle,
+  and not reliably then: whole runs 7.4-7.9 -> 6.9-7.1 s at load 0.6-1.3 (medians of 4), but
+  7.9 -> 8.7 s at load 0.4-1.6, 7.1 -> 8.0 s at load 1.2-2.3, and in this script at load 2.2-2.4
+  plots on 2.46x against 2.15x without it.
+- threads (the PNGs in one, events.csv and the trace in the other) overlap only what releases
+  the GIL (zlib, file writes, some numpy): the four writers in process 2.6 -> 2.1-2.3 s (load
+  ~0.5), whole runs at load 1.2-2.3 7.4 s against 7.1 s (no gain measurable).
 """
 from __future__ import annotations
 
@@ -258,10 +276,11 @@ def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> Non
             if proc.returncode != 0:
                 raise SystemExit(proc.stderr)
 
-        e2e = {"hops.run end to end, plots off": timed(lambda: cli("output.plots=false"), repeats),
-               "... plots off, trace.json.gz": timed(lambda: cli("output.plots=false", "output.chrome_trace_gz=true"),
-                                                     repeats),
-               **({"hops.run end to end, plots on": timed(lambda: cli(), repeats)} if plots else {})}
+        cases = {"hops.run end to end, plots off": ("output.plots=false",),
+                 "... plots off, trace.json.gz": ("output.plots=false", "output.chrome_trace_gz=true"),
+                 **({"hops.run end to end, plots on": ()} if plots else {})}
+        e2e, paired = end_to_end(lambda: hops.simulate(doc), {k: (lambda a=a: cli(*a)) for k, a in cases.items()},
+                                 repeats)
     print(f"large scenario: PP{p} x {m}, {batches} iterations, {n:,} events (medians of {repeats}; "
           f"wall, then CPU of the process and its children)")
     print(f"  {'hops.simulate':34s} {t_sim:8.2f} s   1.00x   cpu {c_sim:6.2f} s   1.00x")
@@ -271,6 +290,39 @@ def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> Non
     for k, (v, c) in e2e.items():
         print(f"  {k:34s} {v:8.2f} s   {v / t_sim:4.2f}x   cpu {c:6.2f} s   {c / c_sim:4.2f}x"
               + ("   (target <= 2x)" if k.endswith(("plots off", "plots on")) else ""))
+    print(f"  paired with a simulate run just before each (median ratio [min-max] of {repeats} rounds; "
+          f"simulate {statistics.median(paired['simulate']):.2f} s):")
+    for k in e2e:
+        r = paired[k]
+        print(f"  {k:34s} {statistics.median(r):4.2f}x  [{min(r):.2f}-{max(r):.2f}]")
+
+
+def end_to_end(simulate, cases: dict, repeats: int) -> tuple[dict, dict]:
+    """`timed` of each case, and each case's ratio to a simulate timed in the same round.
+
+    The rounds interleave a simulate and every case, so a ratio compares runs made under the
+    same load: on a shared box the load shifts between a block of simulates and a block of
+    end-to-end runs, and a ratio of the two blocks' medians moves with it.
+    """
+    walls = {k: [] for k in ["simulate", *cases]}
+    cpus = {k: [] for k in cases}
+    for i in range(repeats):
+        load = os.getloadavg()[0]
+        w0 = time.perf_counter()
+        simulate()
+        walls["simulate"].append(time.perf_counter() - w0)
+        for k, fn in cases.items():
+            c0, w0 = _cpu(), time.perf_counter()
+            fn()
+            walls[k].append(time.perf_counter() - w0)
+            cpus[k].append(_cpu() - c0)
+        ratios = ", ".join(f"{k.removeprefix('hops.run end to end, ')} {walls[k][-1] / walls['simulate'][-1]:.2f}x"
+                           for k in cases)
+        print(f"  round {i + 1}: load {load:.2f}; simulate {walls['simulate'][-1]:.2f} s; {ratios}", flush=True)
+    medians = {k: (statistics.median(walls[k]), statistics.median(cpus[k])) for k in cases}
+    paired = {"simulate": walls["simulate"],
+              **{k: [w / s for w, s in zip(walls[k], walls["simulate"])] for k in cases}}
+    return medians, paired
 
 
 def main() -> None:
@@ -281,14 +333,18 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=4)
     ap.add_argument("--small-only", action="store_true")
     ap.add_argument("--cold-only", action="store_true", help="only the fresh-process start-up figures")
+    ap.add_argument("--large-only", action="store_true", help="only the large scenario (no cold start, no small one)")
     ap.add_argument("--no-plots", action="store_true", help="skip the PNG writers and the end-to-end run with plots")
     args = ap.parse_args()
-    cold(args.repeats)
-    if args.cold_only:
-        return
-    small(args.repeats)
+    print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    if not args.large_only:
+        cold(args.repeats)
+        if args.cold_only:
+            return
+        small(args.repeats)
     if not args.small_only:
         large(args.stages, args.microbatches, args.batches, args.repeats, plots=not args.no_plots)
+    print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":
