@@ -226,6 +226,42 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, pattern):
     assert re.search(pattern, err[0]), err[0]
 
 
+def test_a_directory_where_an_output_goes_is_one_line_naming_it(tmp_path):
+    (tmp_path / "run" / "events.csv").mkdir(parents=True)
+    proc = cli("output.plots=false", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: cannot write {tmp_path / 'run' / 'events.csv'}: Is a "
+                                                "directory (choose another hydra.run.dir)"]
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_a_full_disk_while_writing_outputs_is_one_line_without_hydras_report(tmp_path, capsys, monkeypatch, multirun):
+    """The disk fills while the outputs are written (a writer raises ENOSPC, as the OS does):
+    one line naming the file, no "Error executing job" report; in a sweep the job is recorded as
+    failed and the sweep exits 2 after the others."""
+    import errno
+
+    from hops.run import app
+
+    def full_disk(result, run_dir, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "events.csv"))
+
+    monkeypatch.setattr(app, "write_outputs", full_disk)
+    # the basic launcher runs the jobs in this process, where the writer is replaced
+    args = ["-m", "hydra/launcher=basic", "simulation.seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if multirun else []
+    with pytest.raises(SystemExit) as exc:
+        run_inproc(tmp_path, *args, "output.plots=false")
+    assert exc.value.code == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line]
+    assert not any("Error executing job" in line or "Traceback" in line for line in err), err
+    if multirun:
+        assert sum(line.startswith("[job ") and "No space left on device" in line for line in err) == 2, err
+        assert err[-1].startswith("error: "), err
+        assert sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/error.txt")) == ["0", "1"]
+    else:
+        assert len(err) == 1 and re.fullmatch(r"error: cannot write .*events\.csv: No space left on device .*", err[0]), err
+
+
 @pytest.mark.parametrize("typo", ["simulation.sed=3", "simulaton.seed=3", "pipeline.schedul=gpipe"])
 def test_a_mistyped_keys_suggestion_is_a_command_that_works(tmp_path, typo):
     proc = cli(typo, "output.plots=false", f"hydra.run.dir={tmp_path / 'bad'}")

@@ -92,18 +92,7 @@ def task(cfg) -> float:
         src = cfg.get("scenario_file")
         if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
             exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
-        if multirun:
-            # One bad combination must not lose the whole sweep: record it for the sweep
-            # table (hops.run.sweep reports failed jobs and makes the sweep exit with code 2).
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / ERROR_FILE).write_text(f"{exc}\n")
-            print(f"[job {hc.job.num}] error: {exc}", file=sys.stderr, flush=True)
-            return float("nan")
-        if _USER_FULL_ERROR:
-            raise
-        # Single run: exit here, before Hydra adds its own "Error executing job" line.
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
+        return _job_failed(str(exc), hc, run_dir, multirun, exc)
     except BaseException:
         progress.close()
         raise
@@ -113,13 +102,38 @@ def task(cfg) -> float:
                             scenario_file=_scenario_file(cfg))
     title = (f"{name} · {schedule_text(sm)} · {sm['throughput']['samples_per_s']:.2f} samples/s · "
              f"bubble {100 * sm['bubble_ratio']:.1f} %")
-    with progress:  # erased before the summary prints
-        paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg),
-                              progress=progress)
+    try:
+        with progress:  # erased before the summary prints
+            paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg),
+                                  progress=progress)
+    except OSError as exc:  # a full disk, a read-only or occupied output path
+        message = user_error_message(exc)
+        if message is None:
+            raise
+        return _job_failed(message, hc, run_dir, multirun, exc)
     text = job_line(result.summary, hc, run_dir) if multirun else format_summary(result, name, paths)
     _emit(text, over_progress=multirun)
     _to_job_log(text)
     return float(result.summary["throughput"]["samples_per_s"])
+
+
+def _job_failed(message: str, hc, run_dir: Path, multirun: bool, exc: BaseException) -> float:
+    """A job ended by a user error: in a sweep, recorded for the sweep table and NaN returned,
+    so one bad combination does not lose the others (hops.run.sweep reports failed jobs and
+    makes the sweep exit with code 2); in a single run, one line and exit code 2, here, before
+    Hydra adds its own "Error executing job" line."""
+    if multirun:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / ERROR_FILE).write_text(f"{message}\n")
+        except OSError:
+            pass  # the sweep table then reports the job as not finished
+        print(f"[job {hc.job.num}] error: {message}", file=sys.stderr, flush=True)
+        return float("nan")
+    if _USER_FULL_ERROR:
+        raise exc
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
 
 
 def _scenario_file(cfg) -> str | None:
@@ -413,7 +427,9 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
     if isinstance(exc, HopsError):
         return str(exc)
     if isinstance(exc, OSError) and exc.filename:  # e.g. an unwritable hydra.run.dir
-        return f"cannot write {exc.filename}: {exc.strerror or exc} (choose another hydra.run.dir / hydra.sweep.dir)"
+        # A failed rename names its destination second: that is the output the user knows.
+        return (f"cannot write {exc.filename2 or exc.filename}: {exc.strerror or exc} (choose another "
+                "hydra.run.dir / hydra.sweep.dir)")
     missing = missing_slurm_tools(exc)
     if missing:
         return (f"hydra/launcher=hops_slurm needs Slurm's {' and '.join(missing)} on PATH (not found: run the sweep "

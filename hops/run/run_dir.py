@@ -87,7 +87,12 @@ class OwnRunDir(Callback):
     def on_run_start(self, config, **kwargs: Any) -> None:
         directory = Path(str(config.hydra.run.dir)).absolute()
         if _or_exit(own, directory, "hydra.run.dir"):
-            clear_previous(directory)
+            try:
+                clear_previous(directory)
+            except OSError as exc:  # e.g. a directory where an output goes
+                print(f"error: cannot write {exc.filename}: {exc.strerror or exc} (choose another hydra.run.dir)",
+                      file=sys.stderr)
+                raise SystemExit(EXIT_USER_ERROR) from None
 
     def on_run_end(self, config, **kwargs: Any) -> None:
         release()
