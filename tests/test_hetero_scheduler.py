@@ -512,7 +512,7 @@ def test_device_order_replay_matches_the_event_simulation():
     simulation that mirrors the engine (FIFO links, shared devices), fused backwards included."""
     from hops.schedulers import hetero_search as hs
     from hops.schedulers.replay import replay_device_orders, simulate_policy
-    from hops.schedulers.zb_v import list_schedule, v_placement
+    from hops.schedulers.zb_v import list_schedule, stage_orders, v_placement
 
     rng = np.random.default_rng(7)
     for p, m in ((2, 3), (4, 8), (5, 7), (8, 20)):
@@ -523,7 +523,7 @@ def test_device_order_replay_matches_the_event_simulation():
                                [f"d{d}" for d, _ in v_placement(p)], rng.uniform(0, 2, n).tolist())
         dev_of = [k if k < p else n - 1 - k for k in range(n)]
         r = list_schedule(p, m, None, 1)
-        orders = [[(d if c == 0 else n - 1 - d, ph, j) for c, ph, j in r[2][d]] for d in range(p)]
+        orders = stage_orders(r[2])
         split = [bytearray(int(x) for x in rng.integers(0, 2, m)) for _ in range(n)]
         for o in (orders, hs.fuse_orders(orders, split)):
             event = simulate_policy(meta, hs.device_policy(o, dev_of, [[d, n - 1 - d] for d in range(p)]))[0]

@@ -95,7 +95,7 @@ from hops.schedulers.base import (PipelineMeta, Scheduler, SchedulerState, Stati
 from hops.schedulers.classic import GPipe, OneFOneB
 from hops.schedulers.replay import (back_to_back, iterations_of, repeat_orders, replay_device_orders,
                                     simulate_policy)
-from hops.schedulers.zb_v import ZBV, list_schedule, v_placement
+from hops.schedulers.zb_v import ZBV, expected_times, list_schedule, stage_orders, v_placement
 from hops.schedulers.zero_bubble import ZBH1, ZBH2
 
 _CACHE: dict[tuple, "Plan"] = {}
@@ -383,8 +383,7 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
     """
     n, m = meta.n_stages, meta.n_microbatches
     p = n // 2
-    xfer = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
-    expected = (list(meta.f), list(meta.b), list(meta.w), xfer)
+    expected = expected_times(meta)
     device_of, hosted = device_maps(v_placement(p))
     evaluated = 0
     its, meta_e = iterations_of(meta), back_to_back(meta)
@@ -403,7 +402,7 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
                 r = list_schedule(p, m, times, b_first, w_first=w_first)
                 if r is None or max(r[1]) > cap_chunks:
                     continue
-                orders = [[(d if c == 0 else n - 1 - d, ph, j) for c, ph, j in r[2][d]] for d in range(p)]
+                orders = stage_orders(r[2])
                 key = tuple(tuple(o) for o in orders)
                 if key in seen:
                     continue

@@ -49,8 +49,7 @@ def simulate_policy(meta: PipelineMeta, policy: Callable[[SchedulerState], Task 
 
     Mirrors hops.engine.loop: a device runs one task at a time (held until its send is delivered when
     sends block), each directed link is a FIFO, events at equal times resolve in creation order,
-    and only the stage an event concerns is asked for work. The backward link s -> s-1 is taken to cost what s-1 -> s costs
-    (PipelineMeta carries forward transfer times only).
+    and only the stage an event concerns is asked for work. Backward hops cost what pipeline_links says.
     """
     p, m = meta.n_stages, meta.n_microbatches
     dur = stage_times(meta) if times is None else times
@@ -200,7 +199,6 @@ def repeat_orders(orders, m: int, iterations: int):
     if iterations == 1:
         return orders
     return [[t[:-1] + (t[-1] + i * m,) for i in range(iterations) for t in o] for o in orders]
-
 
 
 def replay_device_orders(meta: PipelineMeta, orders, device_of: Sequence[int], times=None) -> float:

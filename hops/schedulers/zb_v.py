@@ -88,6 +88,20 @@ def dev_of(k: int, p: int) -> int:
     return k if k < p else 2 * p - 1 - k
 
 
+def expected_times(meta: PipelineMeta):
+    """list_schedule's ``times`` at the pipeline's expected chunk and message times."""
+    n = meta.n_stages
+    xfer = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
+    return list(meta.f), list(meta.b), list(meta.w), xfer
+
+
+def stage_orders(chunk_orders) -> list[list[tuple[int, str, int]]]:
+    """list_schedule's per-device (chunk 0 or 1, phase, j) orders as (virtual stage, phase, j):
+    device d's chunks are stages d and 2p - 1 - d, as the replays and the engine number them."""
+    n = 2 * len(chunk_orders)
+    return [[(d if c == 0 else n - 1 - d, ph, j) for c, ph, j in o] for d, o in enumerate(chunk_orders)]
+
+
 def list_schedule(p: int, m: int, times=None, b_first: int = 1, orders=None, w_first: bool = False,
                   cap: int | None = None, iterations: int = 1, block: bool = False):
     """The rule above as an event-driven list schedule over the V, or a replay of fixed orders.
@@ -263,8 +277,7 @@ class ZBV(DeviceOrderScheduler):
         n = 2 * p
         cap = whole_option(self.options, "max_in_flight", n, f" (2p chunk activations per device, 1F1B's memory, "
                                                               "below which the V's rules stall)")
-        xfer = [meta.transfer_ms[k] if k < n - 1 else 0.0 for k in range(n)]
-        expected = (list(meta.f), list(meta.b), list(meta.w), xfer)
+        expected = expected_times(meta)
         # Under post-validation iterations overlap, so the order is planned over two of them
         # back to back and judged by how long two take; otherwise, or when the run has only one
         # iteration, over one (iterations_of).
@@ -288,8 +301,7 @@ class ZBV(DeviceOrderScheduler):
         for over, (times, rule) in plans:
             r = list_schedule(p, m, times, cap=cap, iterations=over, **rule)
             if r is not None:
-                orders = [[(d if c == 0 else n - 1 - d, ph, j) for c, ph, j in o] for d, o in enumerate(r[2])]
-                replay = replay_device_orders(meta_e, repeat_orders(orders, m, its), device_of)
+                replay = replay_device_orders(meta_e, repeat_orders(stage_orders(r[2]), m, its), device_of)
                 candidates.append((replay, "block" in rule, max(r[1]), len(candidates), r[2]))
         self._orders = min(candidates)[-1]
         super().configure(meta)
