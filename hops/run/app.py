@@ -427,9 +427,9 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
     if isinstance(exc, HopsError):
         return str(exc)
     if isinstance(exc, OSError) and exc.filename:  # e.g. an unwritable hydra.run.dir
-        # A failed rename names its destination second: that is the output the user knows.
-        return (f"cannot write {exc.filename2 or exc.filename}: {exc.strerror or exc} (choose another "
-                "hydra.run.dir / hydra.sweep.dir)")
+        from hops.run.run_dir import cannot_write
+
+        return cannot_write(exc)
     missing = missing_slurm_tools(exc)
     if missing:
         return (f"hydra/launcher=hops_slurm needs Slurm's {' and '.join(missing)} on PATH (not found: run the sweep "

@@ -71,6 +71,12 @@ def clear_previous(directory: str | Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
+def cannot_write(exc: OSError, where: str = "hydra.run.dir / hydra.sweep.dir") -> str:
+    """The one line for an output that cannot be written. A failed rename names its
+    destination second: that is the output the user knows, not the temporary written first."""
+    return f"cannot write {exc.filename2 or exc.filename}: {exc.strerror or exc} (choose another {where})"
+
+
 def release() -> None:
     """Give up every directory this process holds (the OS does the same if it dies first)."""
     while _held:
@@ -90,8 +96,7 @@ class OwnRunDir(Callback):
             try:
                 clear_previous(directory)
             except OSError as exc:  # e.g. a directory where an output goes
-                print(f"error: cannot write {exc.filename}: {exc.strerror or exc} (choose another hydra.run.dir)",
-                      file=sys.stderr)
+                print(f"error: {cannot_write(exc, 'hydra.run.dir')}", file=sys.stderr)
                 raise SystemExit(EXIT_USER_ERROR) from None
 
     def on_run_end(self, config, **kwargs: Any) -> None:
