@@ -247,7 +247,7 @@ def test_zb_v_needs_two_chunks_per_stage_and_says_which_field():
 def analytical_doc(schedule, *, p=3, hidden_dim=2048, tied=None, **stage):
     """p A100s on separate nodes, each stage 1000 MB of weights and 4 TFLOP, optimizer on;
     ``stage`` adds keys to every stage (e.g. activation_memory_mb)."""
-    v = 2 if schedule in ("zb_v", "interleaved_1f1b") else 1
+    v = 2 if schedule in ("zb_v", "interleaved_1f1b", "interleaved_zb") else 1
     return {"simulation": {"batches": 1, "microbatches": 2 * p},
             "pipeline": {"schedule": schedule, "virtual_stages": v, "precision": "bf16", "stack": STACK,
                          "model": {"hidden_dim": hidden_dim, "seq_len": 2048, "vocab_size": 50304,
@@ -349,9 +349,10 @@ def test_a_layer_only_weights_figure_smaller_than_the_head_is_kept_as_stated():
     assert weights_only("zb_v", tied=False, hidden_dim=8192)["g2"] == pytest.approx(1000 * ADAM)
 
 
-def test_interleaved_keeps_the_lm_head_on_the_last_device():
-    """Interleaved 1F1B's last chunk runs on the last device, as with one chunk per stage."""
-    assert weights_only("interleaved_1f1b", tied=False) == pytest.approx(weights_only("zb_h1", tied=False))
+@pytest.mark.parametrize("schedule", ["interleaved_1f1b", "interleaved_zb"])
+def test_interleaved_keeps_the_lm_head_on_the_last_device(schedule):
+    """The looping placement's last chunk runs on the last device, as with one chunk per stage."""
+    assert weights_only(schedule, tied=False) == pytest.approx(weights_only("zb_h1", tied=False))
 
 
 def test_without_the_model_shape_the_head_cannot_be_sized_and_nothing_moves():

@@ -7,19 +7,23 @@ Grid: every config x scheduler x evaluation seed (101, 102, 103) x compute jitte
 backward's dispatch floor by the kernels each launches, the model's default; 2.0 = "2x": the
 split pays twice the fused floor, a sensitivity setting). Baselines: gpipe, 1f1b, zb_h1,
 zb_h2, the ZB paper's automatically scheduled zb_1p and zb_2p (its measured schedules; zb_2p
-post-validated only), zb_v (2 chunks per device in a V) and interleaved_1f1b (2 chunks per
-stage, where Megatron's m % p == 0 allows it), plus the seed's hops_hetero. Fairness rules:
+post-validated only), zb_v (2 chunks per device in a V), interleaved_1f1b (2 chunks per
+stage, where Megatron's m % p == 0 allows it) and interleaved_zb (PyTorch's interleaved zero
+bubble on the same loop, where its equal rounds allow it), plus the seed's hops_hetero.
+Fairness rules:
 - memory: the cap is ZB-H1's activation memory (min(p, m) microbatches per stage, 1F1B's
   peak). A schedule "fits" if no device's peak memory exceeds ZB-H1's on that device; "best
   built-in" is the fastest built-in that fits. zb_v holds 2 min(p, m) half-stage chunks,
-  the same cap, so it competes within it, and so does zb_1p (at most p microbatches by
-  construction); zb_h2, zb_2p and interleaved_1f1b hold more, so they are
-  reported, and named when they are faster, but are not the capped baseline.
+  the same cap, so it competes within it, and so do zb_1p (at most p microbatches by
+  construction) and interleaved_zb where m is a multiple of p (2p half-stage chunks); zb_h2,
+  zb_2p and interleaved_1f1b hold more, so they are reported, and named when they are faster,
+  but are not the capped baseline.
 - seeds: the evaluation seeds (101-103) differ from the configs' own seed (42). hetero_search
   plans from the expected stage times; under jitter it judges its finalists on draws from the
   "search" stream of its own seed (SEARCH_SEED = 42, scheduler option search_seed), never from an
-  evaluation seed, so its plan is the same for all three. It may choose ZB-V's V placement (2
-  chunks per device) per config; it runs under virtual_stages 1 and lays itself out.
+  evaluation seed, so its plan is the same for all three. It may choose ZB-V's V placement or
+  interleaved_zb's loop (2 chunks per device) per config; it runs under virtual_stages 1 and
+  lays itself out.
 Per config and setting: mean makespan per scheduler, delta vs zb_h1 with win/tie/regression
 at +-0.5 %, the lower bound (lower_bound.py, at jitter 0 for one-chunk runs, asserted
 for every one) and the gap to it. Then the placement planner against uniform and
@@ -59,7 +63,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_REFERENCE = ROOT.parent / "shared" / "reference" / "hetero_bench"
 SCHEDULERS = ["gpipe", "1f1b", "zb_h1", "zb_h2", "zb_h2_pv", "zb_1p", "zb_1p_pv", "zb_2p_pv", "zb_v", "zb_v_pv",
-              "interleaved_1f1b", "hops_hetero",
+              "interleaved_1f1b", "interleaved_zb", "hops_hetero",
               "hetero_search", "hetero_search_pv"]
 REF = "zb_h1"  # deltas are against the paper's ZB-H1 at its own (1F1B-peak) activation memory
 PROPOSED = "hetero_search"
@@ -85,7 +89,8 @@ SEARCH_SEED = 42
 assert all(SEARCH_SEED not in seeds for seeds in SEEDS.values())
 FACTORS = {"share": 1.0, "2x": 2.0}
 JITTERS = {"j0": 0.0, "j10": 0.10}
-VIRTUAL = {"interleaved_1f1b": 2, "zb_v": 2, "zb_v_pv": 2}  # chunks per stage for the virtual-stage baselines
+# chunks per stage for the virtual-stage baselines
+VIRTUAL = {"interleaved_1f1b": 2, "interleaved_zb": 2, "zb_v": 2, "zb_v_pv": 2}
 # no lower bound for these: it is built from whole-stage times and a barrier between iterations
 NO_BOUND = set(VIRTUAL) | set(POST_VALIDATED)
 MEGATRON_M = {"interleaved_1f1b"}  # need m to be a multiple of p (Megatron's constraint)
@@ -99,6 +104,7 @@ def run_config(path: str, factor: float, jitter: float = 0.0, seeds=SEEDS["j0"],
     import hops
     from hops.model.hardware import Catalog
     from hops.scenario import load_document
+    from hops.schedulers.interleaved_zb import rounds_divide
 
     from .lower_bound import expected_times, memory_bound, run_bound
 
@@ -114,15 +120,15 @@ def run_config(path: str, factor: float, jitter: float = 0.0, seeds=SEEDS["j0"],
         doc["pipeline"]["virtual_stages"] = VIRTUAL.get(sched, 1)
         doc.setdefault("optimizer", {})["post_validation"] = sched in POST_VALIDATED
         doc["pipeline"]["scheduler_options"] = {"search_seed": SEARCH_SEED} if sched in JUDGED_AGAINST else {}
-        if sched in MEGATRON_M and m % p:
-            continue  # Megatron's constraint: not applicable to this config
+        if sched in MEGATRON_M and m % p or sched == "interleaved_zb" and not rounds_divide(p, m):
+            continue  # Megatron's constraint, or PyTorch's equal rounds: not applicable to this config
         ms, lbs = [], []
         for seed in seeds:
             t_c = time.perf_counter()
             r = hops.simulate(doc, seed=seed, catalog=catalog)
             out["configure_s"][sched] = max(out["configure_s"].get(sched, 0.0), time.perf_counter() - t_c)
             # The bound uses expected times of whole stages: not for chunks (zb_v, interleaved, or
-            # hetero_search where its plan chose the V placement).
+            # hetero_search where its plan chose the V or the loop).
             if jitter == 0 and sched not in NO_BOUND and r.extras.get("virtual_stages", 1) == 1:
                 lb = run_bound(r, catalog)
                 if r.summary["makespan_ms"] < lb["lower_bound_ms"] - 1e-6:  # reported, never hidden
@@ -164,7 +170,7 @@ def plan_info(doc: dict, catalog, seed: int) -> dict:
     split = sum(1 for o in plan.orders for ph, _ in o if ph == "B")
     fused = sum(1 for o in plan.orders for ph, _ in o if ph == "BW")
     head, tail, f_first = plan.params if plan.params else (None, None, None)
-    return {"label": plan.label, "placement": "v" if plan.placement else "one_chunk",
+    return {"label": plan.label, "placement": plan.placement_name,
             "predicted_by_placement_ms": plan.alternatives,
             "modes": [str(m) for m in plan.modes], "split_backwards": split,
             "fused_backwards": fused, "predicted_ms": plan.makespan, "evaluated": plan.evaluated,
@@ -176,7 +182,7 @@ ABLATIONS = {
     "per-stage only": {"per_microbatch": False},
     "no descent (seeds only)": {"search_passes": 0},
     "+1 activation per stage": {"extra_in_flight": 1},
-    "one-chunk placement only (no V)": {"placement": "one_chunk"},
+    "one-chunk placement only (no V, no loop)": {"placement": "one_chunk"},
 }
 
 
@@ -294,9 +300,9 @@ def summary_lines(rows: dict, seeds) -> str:
                    f"{sum(x < -TIE for x in va)}")
     for prop, key in ((PROPOSED, "plan"), (PROPOSED_PV, "plan_pv")):
         plans = [r[key] for r in rows.values() if r.get(key)]
-        n_v = sum(pl.get("placement") == "v" for pl in plans)
-        out.append(f"- **{prop}'s placement**: the V on {n_v} of {len(plans)} configs, one chunk per stage on "
-                   f"{len(plans) - n_v}")
+        n = {where: sum(pl.get("placement") == where for pl in plans) for where in ("v", "loop", "one_chunk")}
+        out.append(f"- **{prop}'s placement**: the V on {n['v']} of {len(plans)} configs, the loop on {n['loop']}, "
+                   f"one chunk per stage on {n['one_chunk']}")
     if all(r["gap_pct"] for r in rows.values()):
         gaps = {}
         for s in SCHEDULERS:
@@ -381,8 +387,8 @@ def charts(rows_by: dict, placement_cases: list[dict], out: Path) -> list[Path]:
     import numpy as np
 
     colors = {"gpipe": "#9e9e9e", "1f1b": "#1f77b4", "zb_h1": "#ff7f0e", "zb_h2": "#ffbb78", "zb_1p": "#bcbd22",
-              "zb_v": "#8c564b", "interleaved_1f1b": "#9467bd", "hops_hetero": "#2ca02c", PROPOSED: "#d62728",
-              PROPOSED_PV: "#ff9896"}
+              "zb_v": "#8c564b", "interleaved_1f1b": "#9467bd", "interleaved_zb": "#17becf", "hops_hetero": "#2ca02c",
+              PROPOSED: "#d62728", PROPOSED_PV: "#ff9896"}
     paths = []
     panels = [(g, "share", j) for g in ("reference", "own") for j in JITTERS]
 
@@ -392,7 +398,8 @@ def charts(rows_by: dict, placement_cases: list[dict], out: Path) -> list[Path]:
         rows = rows_by[key]
         names = list(rows)
         x = np.arange(len(names))
-        shown = ["1f1b", "zb_h2", "zb_1p", "zb_v", "interleaved_1f1b", "hops_hetero", PROPOSED, PROPOSED_PV]
+        shown = ["1f1b", "zb_h2", "zb_1p", "zb_v", "interleaved_1f1b", "interleaved_zb", "hops_hetero", PROPOSED,
+                 PROPOSED_PV]
         wdt = 0.8 / len(shown)
         for i, s in enumerate(shown):
             vals = [rows[n]["delta_vs_zb_h1_pct"].get(s, np.nan) for n in names]

@@ -33,6 +33,8 @@ def main(argv=None) -> int:
         print(f"   ranking preserved: {'yes' if res['ranking_ok'] else 'NO'}")
         if res["memory"] is not None:
             print(res["memory"].to_string(index=False))
+        if res["operating_point"] is not None:
+            print(res["operating_point"].to_string(index=False))
     rows = [r for res in results for r in res["table"].to_dict("records")]
     met = sum(within(r) for r in rows)
     print(f"\n{met} of {len(rows)} published figures within +-{TOLERANCE:.0%} (a published 0: predicted 0.000); rankings preserved in "

@@ -40,6 +40,7 @@ class Case:
     assumptions: tuple[str, ...]
     memory_gib: dict = field(default_factory=dict)  # schedule -> {device: published GiB}
     grid: tuple[str, ...] = ("",)  # an "up to" figure is the best ratio over these settings
+    tokens_per_gpu: dict = field(default_factory=dict)  # schedule -> published tokens/s per GPU, where given
 
 
 def cluster(p: int, *, gpu: str, host: str, model: dict, seq_len: int, micro_batch: int, microbatches: int,
@@ -128,21 +129,24 @@ CASES = (
         name="torchtitan #773: Llama-3-8B, pp 8, interleaved",
         source="pytorch/torchtitan issue #773 (2024): interleaved 1F1B 304 tokens/s, interleaved zero bubble 339 "
                "(+11.5 %); memory rank 0 / rank 7: 22.74 / 17.97 GiB vs 20.57 / 22.23 GiB",
-        reference="interleaved_1f1b", rows=(Row("zb_v", 339 / 304, note="interleaved ZB as ZB-V"),),
+        reference="interleaved_1f1b", rows=(Row("interleaved_zb", 339 / 304),),
         build=torchtitan,
-        memory_gib={"interleaved_1f1b": {"gpu0": 22.74, "gpu7": 17.97}, "zb_v": {"gpu0": 20.57, "gpu7": 22.23}},
+        memory_gib={"interleaved_1f1b": {"gpu0": 22.74, "gpu7": 17.97},
+                    "interleaved_zb": {"gpu0": 20.57, "gpu7": 22.23}},
+        tokens_per_gpu={"interleaved_1f1b": 304, "interleaved_zb": 339},
         assumptions=("GPUs: 8 x H100 SXM on one DGX H100 node (NVLink 4); the issue's logs do not name them",
                      "batch 16 = 8 microbatches of 2 sequences of 512; 2 model chunks per rank, 2 layers each",
                      "interleaved 1F1B with PyTorch's warm-up (scheduler_options warmup: pytorch; torchtitan runs "
                      "torch.distributed.pipelining's ScheduleInterleaved1F1B): (v-1)p + 2(p-1-d) warm-up forwards, "
                      "without Megatron's all-forward warm-up at m = p, so rank 7 holds 9 chunk activations, rank 0 "
                      "16 (Megatron's order: 16 on every rank)",
-                     "torchtitan's ScheduleInterleavedZeroBubble is modelled by HOPS's zb_v (2 chunks per rank, "
-                     "split backward); HOPS has no loop-placed zero-bubble schedule. The placements differ: "
-                     "torchtitan's loop keeps the embedding on rank 0 and the LM head on rank 7, ZB-V's V puts both "
-                     "on rank 0, so the zb_v memory rows compare different placements (rank 0 carries a second "
-                     "128256 x 4096 matrix with its optimizer state in HOPS, about 6.8 GiB, that torchtitan's "
-                     "rank 0 does not hold) and are not a check of HOPS's accounting",
+                     "interleaved zero bubble as HOPS's interleaved_zb (hops/schedulers/interleaved_zb.py): "
+                     "torch.distributed.pipelining's ScheduleInterleavedZeroBubble order as recalled from its "
+                     "source, not re-read here: (v-1)p + (p-1-d) warm-up forwards, B and W apart, device d's W's d "
+                     "steps late, so every rank holds 16 chunk activations",
+                     "the published tokens/s are per GPU: torchtitan's logged throughput divides by the "
+                     "pipeline's GPUs (as recalled); if they were the pipeline's total, HOPS's absolute "
+                     "over-prediction below would be 8 times larger",
                      "no activation checkpointing (as published); default stack megatron_core; weights and Adam "
                      "state counted as Megatron's mixed precision (14 B/param: bf16 weights, fp32 master, m, v); "
                      "the issue does not say torchtitan's dtypes (without FSDP it keeps fp32 parameters and "

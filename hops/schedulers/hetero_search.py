@@ -28,16 +28,25 @@ W policies) replayed here under the engine's rules, then the same fused-or-split
 above, per device (first ``head`` / last ``tail`` microbatches split, the rest fused),
 busiest devices first, within the budget. Fusing only ever frees an activation earlier, so
 every V plan holds at most 2 min(p, m) chunk activations of half a stage per device, the
-same cap. The placement is chosen per config by simulated makespan at the expected times,
-end to end (each placement's tied-embedding all-reduce and slowest optimizer step,
-PipelineMeta.flush_ms, added to its one-iteration makespan); the V must predict MIN_GAIN
-better, since it sends twice the pipeline messages (slow links: the one-chunk plan wins).
-The engine gives the scheduler the V's meta (PipelineMeta.layout_for) and lays the run out
-as ``chosen_placement`` says. With ``pipeline.virtual_stages: 2`` only the V is searched.
+same cap.
+
+The loop placement (interleaved 1F1B's: chunk c of device d is virtual stage c p + d, the LM
+head on the last device) runs interleaved_zb's order (PyTorch's interleaved zero bubble), not
+searched: where a straggler sits mid-pipeline it halves the fill ahead of it without moving
+the LM head, and it holds 2p chunk activations of half a stage (the cap) where m is a
+multiple of p, or fewer than p.
+
+The placement is chosen per config by simulated makespan at the expected times, end to end
+(each placement's tied-embedding all-reduce and slowest optimizer step, PipelineMeta.flush_ms,
+added to its one-iteration makespan): one chunk, then the V, then the loop, each challenging
+the plan so far, which it replaces only by predicting MIN_GAIN better, since two chunks send
+twice the pipeline messages (slow links: the one-chunk plan wins). The engine gives the
+scheduler each placement's meta (PipelineMeta.layout_for) and lays the run out as
+``chosen_placement`` says. With ``pipeline.virtual_stages: 2`` only the V is searched.
 
 Under jitter (the compute times vary: compute_jitter, measured distributions) the expected
 times are not enough: a plan's margin at the expected times can be smaller than what the
-spread does to a fixed order (a fused backward leaves no W to fill a late input; the V sends
+spread does to a fixed order (a fused backward leaves no W to fill a late input; two chunks send
 twice the messages). The search then draws JITTER_DRAWS iterations of compute times from its
 own stream (the run's "search" stream of ``search_seed``, default the scenario seed; never the
 stream the run's times come from, PipelineMeta.draw_times) and judges its finalists -- the
@@ -45,9 +54,10 @@ built-ins and the rule orders it had as candidates, zb_v's own order among them,
 winners -- by their mean makespan over those draws, with the rules the expected times use:
 a searched order must beat the best built-in of its placement by MIN_GAIN. A plan that ties
 zb_v's order therefore runs zb_v's order. The placements are then compared on their own draws,
-as many as it takes to resolve the difference (v_leads_under_draws): the V runs when it leads by
-more than two standard errors, which can be less than MIN_GAIN, since the replays on draws are
-the engine's rules and what is left of their error is the sampling error the draws measure.
+as many as it takes to resolve the difference (leads_under_draws): a challenger replaces the
+plan so far when it leads by more than two standard errors, which can be less than MIN_GAIN,
+since the replays on draws are the engine's rules and what is left of their error is the
+sampling error the draws measure.
 
 Under optimizer post-validation (``optimizer.post_validation: true``: no barrier between
 iterations, each device starts its next one when its own optimizer step is done) one
@@ -66,11 +76,11 @@ With the barrier nothing of this runs, and the plans are the one-iteration ones.
 Options: max_in_flight, extra_in_flight, search_passes (coordinate-descent passes, 2),
 search_budget (simulated tasks, 2e5 for each placement, so a 16 x 64 pipeline configures in
 under 1 s at jitter 0: benchmarks/scheduler_bench.py), per_microbatch (False: each stage
-all-fused or all-split, an ablation), placement ("auto", the default; "one_chunk"; "v"),
+all-fused or all-split, an ablation), placement ("auto", the default; "one_chunk"; "v"; "loop"),
 search_seed (the seed of the draws above) and jitter_draws (how many, JITTER_DRAWS).
 
 The winner is replayed as a fixed per-stage task order (StaticOrderScheduler semantics; a
-V plan as a fixed per-device order over the device's two chunks, DeviceOrderScheduler's):
+two-chunk plan as a fixed per-device order over the device's chunks, DeviceOrderScheduler's):
 with deterministic times the run reproduces the prediction exactly (the internal simulation
 asks the policy at the same moments the engine does, and a non-idling greedy schedule is
 reproduced by its own order); with jitter the order stays deadlock-free because it came from
@@ -95,6 +105,8 @@ from hops.schedulers.base import (PipelineMeta, Scheduler, SchedulerState, Stati
 from hops.schedulers.classic import GPipe, OneFOneB
 from hops.schedulers.replay import (back_to_back, iterations_of, repeat_orders, replay_device_orders,
                                     simulate_policy)
+from hops.schedulers.interleaved_zb import InterleavedZeroBubble, check_rounds, rounds_divide
+from hops.schedulers.interleaved_zb import device_order as interleaved_zb_order
 from hops.schedulers.zb_v import ZBV, expected_times, list_schedule, stage_orders, v_placement
 from hops.schedulers.zero_bubble import ZBH1, ZBH2
 
@@ -108,6 +120,8 @@ JITTER_DRAWS = 64
 # The most draws the V-or-one-chunk choice takes to resolve a difference (v_leads_under_draws):
 # at 10 % jitter, 1024 per placement resolve about 0.09 % (two standard errors)
 MAX_DRAWS = 1024
+PLACEMENTS = ("one_chunk", "v", "loop")  # one chunk per stage, ZB-V's V, interleaved 1F1B's loop
+LABEL = {"v": "V: ", "loop": "loop: "}  # a two-chunk plan's label starts with its placement
 
 
 class Plan:
@@ -119,9 +133,9 @@ class Plan:
     def __init__(self, orders, makespan, label, evaluated, baselines, params=None, placement=None,
                  device_orders=None):
         self.params = params  # (head, tail, f_first) of the winning greedy policy, None for a built-in
-        self.placement = placement  # None: one chunk per stage; else (stage, chunk) per virtual stage (the V)
-        self.device_orders = device_orders  # V only: per device, (virtual stage, phase, microbatch)
-        self.alternatives = {}  # predicted makespan of the best plan per placement ("one_chunk", "v")
+        self.placement = placement  # None: one chunk per stage; else (stage, chunk) per virtual stage (V or loop)
+        self.device_orders = device_orders  # two chunks only: per device, (virtual stage, phase, microbatch)
+        self.alternatives = {}  # predicted makespan of the best plan per placement (PLACEMENTS)
         # label -> orders (per stage; per device for the V) of the finalists the jitter draws decide
         # between (choose_under_draws); a built-in's label starts with "built-in", the V's rule orders' with "zb_v"
         self.candidates = {}
@@ -135,6 +149,13 @@ class Plan:
             kinds = {ph for ph, _ in order if ph in ("B", "BW")}
             modes.append("either" if kinds == {"B", "BW"} else kinds == {"B"})
         self.modes = modes
+
+    @property
+    def placement_name(self) -> str:
+        """One of PLACEMENTS."""
+        if self.placement is None:
+            return "one_chunk"
+        return "v" if list(self.placement) == v_placement(len(self.placement) // 2) else "loop"
 
 
 # --------------------------------------------------------------------------- policies the replays run
@@ -476,12 +497,12 @@ def jitter_draws(meta: PipelineMeta, seed: int, n: int):
             for i in range(n)]
 
 
-def makespans_under_draws(meta: PipelineMeta, orders, draws, per_device: bool) -> list[float]:
-    """Makespan of fixed orders on each draw, run as the engine runs them (per device for the V,
-    per stage otherwise)."""
+def makespans_under_draws(meta: PipelineMeta, orders, draws, placement=None) -> list[float]:
+    """Makespan of fixed orders on each draw, run as the engine runs them (per device over the
+    placement's chunks, or per stage when there is none: one chunk per stage)."""
     n = meta.n_stages
-    if per_device:
-        device_of = device_maps(v_placement(n // 2))[0]
+    if placement is not None:
+        device_of = device_maps(placement)[0]
         return [replay_device_orders(meta, orders, device_of, d) for d in draws]
     if len(set(meta.devices)) == n:  # one stage per device: the heap-free replay is exact
         dev = [[(s, ph, j) for ph, j in o] for s, o in enumerate(orders)]
@@ -489,46 +510,53 @@ def makespans_under_draws(meta: PipelineMeta, orders, draws, per_device: bool) -
     return [simulate_policy(meta, static_policy(orders), times=d)[0] for d in draws]
 
 
-def mean_under_draws(meta: PipelineMeta, orders, draws, per_device: bool) -> float:
+def mean_under_draws(meta: PipelineMeta, orders, draws, placement=None) -> float:
     """Mean makespan of fixed orders over the draws (makespans_under_draws)."""
-    return fmean(makespans_under_draws(meta, orders, draws, per_device))
+    return fmean(makespans_under_draws(meta, orders, draws, placement))
 
 
-def v_leads_under_draws(meta: PipelineMeta, plan: Plan, meta_v: PipelineMeta, vplan: Plan, seed: int,
-                        n_draws: int) -> bool | None:
-    """Under jitter: does the V plan run shorter than the one-chunk plan on average, end to end
-    (each placement's flush added), by more than the draws' own uncertainty? None without jitter.
+def plan_orders(plan: Plan):
+    """The orders a plan runs: per stage for one chunk per stage, per device over two chunks."""
+    return plan.orders if plan.placement is None else plan.device_orders
+
+
+def leads_under_draws(meta: PipelineMeta, plan: Plan, meta_b: PipelineMeta, plan_b: Plan, seed: int,
+                      n_draws: int) -> bool | None:
+    """Under jitter: does plan_b (another placement's plan, with its meta) run shorter than
+    ``plan`` on average, end to end (each placement's flush added), by more than the draws' own
+    uncertainty? None without jitter.
 
     Why not MIN_GAIN here: that margin stands for the error of a model of the engine, and what
-    judges these two plans is the engine's own rules replayed on draws of the run's law
-    (test_under_jitter_the_search_draws_estimate_what_the_engine_runs_with_either_placement), so
-    the error left is the draws' sampling error, which they measure. The two placements' draws
-    are independent (the V's chunks are half-stages), so a V that leads by a few tenths of a
-    percent sits inside 64 draws' noise (about 0.17 % on the difference at 10 % jitter): the
-    draws double, up to MAX_DRAWS, until the difference is outside two standard errors. A
-    difference still inside them is a tie, and a tie is left to the one-chunk plan, which sends
-    half the messages. Memoized on the plans and the draws' seed."""
+    judges two placements' plans is the engine's own rules replayed on draws of the run's law
+    (test_under_jitter_the_search_draws_estimate_what_the_engine_runs_with_each_placement), so
+    the error left is the draws' sampling error, which they measure. Two placements' draws are
+    independent (a chunk is half a stage), so a lead of a few tenths of a percent sits inside 64
+    draws' noise (about 0.17 % on the difference at 10 % jitter): the draws double, up to
+    MAX_DRAWS, until the difference is outside two standard errors. A difference still inside
+    them is a tie, and a tie is left to ``plan``, the placement tried first (one chunk, then the
+    V: fewer messages first). Memoized on the plans and the draws' seed."""
     its = iterations_of(meta)
     m = meta.n_microbatches
-    first = [jitter_draws(back_to_back(mt), seed, n_draws) for mt in (meta, meta_v)]
+    first = [jitter_draws(back_to_back(mt), seed, n_draws) for mt in (meta, meta_b)]
     if None in first:
         return None
-    key = ("v-or-one", its, tuple(meta.f), tuple(meta.b), tuple(meta.w), tuple(meta.bw), tuple(meta.devices),
-           tuple(meta.transfer_ms), tuple(meta_v.transfer_ms), meta.blocking_send, meta.flush_ms, meta_v.flush_ms,
-           tuple(map(tuple, plan.orders)), tuple(map(tuple, vplan.device_orders)),
+    key = ("lead", its, tuple(meta.f), tuple(meta.b), tuple(meta.w), tuple(meta.bw), tuple(meta.devices),
+           tuple(meta.transfer_ms), tuple(meta_b.transfer_ms), meta.blocking_send, meta.flush_ms, meta_b.flush_ms,
+           plan.placement_name, tuple(map(tuple, plan_orders(plan))), plan_b.placement_name,
+           tuple(map(tuple, plan_orders(plan_b))),
            hash(tuple(x for draws in first for d in draws for st in d for ph in st for x in ph)))
     if key in _CACHE:
         return _CACHE[key]
-    runs = ((meta, repeat_orders(plan.orders, m, its), False), (meta_v, repeat_orders(vplan.device_orders, m, its), True))
+    runs = [(mt, repeat_orders(plan_orders(pl), m, its), pl.placement) for mt, pl in ((meta, plan), (meta_b, plan_b))]
     n = n_draws
     while True:
         stats = []
-        for k, (mt, orders, per_device) in enumerate(runs):
+        for k, (mt, orders, placement) in enumerate(runs):
             draws = first[k] if n == n_draws else jitter_draws(back_to_back(mt), seed, n)
-            x = makespans_under_draws(back_to_back(mt), orders, draws, per_device)
+            x = makespans_under_draws(back_to_back(mt), orders, draws, placement)
             stats.append((fmean(x) + its * mt.flush_ms, stdev(x) ** 2 / n if n > 1 else float("inf")))
-        (mean_one, var_one), (mean_v, var_v) = stats
-        diff, se = mean_one - mean_v, (var_one + var_v) ** 0.5
+        (mean_a, var_a), (mean_b, var_b) = stats
+        diff, se = mean_a - mean_b, (var_a + var_b) ** 0.5
         lead = diff > 2 * se
         if abs(diff) > 2 * se or n >= max(MAX_DRAWS, n_draws):
             break
@@ -556,8 +584,7 @@ def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
     its = iterations_of(meta)
     if draws is None and its == 1:
         return plan
-    per_device = plan.device_orders is not None
-    key = ("draws", its, per_device, meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w),
+    key = ("draws", its, plan.placement_name, meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w),
            tuple(meta.bw), tuple(meta.devices), tuple(meta.transfer_ms), meta.blocking_send,
            tuple((label, tuple(map(tuple, o))) for label, o in plan.candidates.items()),
            None if draws is None else hash(tuple(x for d in draws for st in d for ph in st for x in ph)))
@@ -566,7 +593,7 @@ def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
         return hit
     m = meta.n_microbatches
     runs = [None] if draws is None else draws  # None: the expected times
-    means = {label: mean_under_draws(back_to_back(meta), repeat_orders(o, m, its), runs, per_device)
+    means = {label: mean_under_draws(back_to_back(meta), repeat_orders(o, m, its), runs, plan.placement)
              for label, o in plan.candidates.items()}
     best = min(means, key=means.get)
     builtins = [label for label in means if label.startswith("built-in")]
@@ -578,8 +605,9 @@ def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
     label = (f"{best}, chosen on two iterations back to back" if draws is None
              else f"{best}, chosen on the mean of {len(draws)} jitter draws{over}")
     evaluated = plan.evaluated + len(means) * len(runs)
-    if per_device:
-        out = v_plan(meta, means[best], plan.candidates[best], "V: " + label, evaluated)
+    if plan.placement is not None:
+        out = device_plan(meta, means[best], plan.candidates[best], LABEL[plan.placement_name] + label, evaluated,
+                          plan.placement)
     else:
         out = Plan(plan.candidates[best], means[best], label, evaluated, plan.baselines,
                    plan.params if best == "searched" else None)
@@ -618,8 +646,15 @@ class HeteroSearch(StaticOrderScheduler):
         p = meta.n_stages // v
         m = meta.n_microbatches
         mode = str(self.options.get("placement", "auto"))
-        if mode not in ("auto", "one_chunk", "v"):
-            raise ScenarioError("pipeline.scheduler_options.placement", f"{mode!r}: expected auto, one_chunk or v")
+        if mode not in ("auto", *PLACEMENTS):
+            raise ScenarioError("pipeline.scheduler_options.placement", f"{mode!r}: expected auto, "
+                                + ", ".join(PLACEMENTS[:-1]) + f" or {PLACEMENTS[-1]}")
+        if v == 2 and mode not in ("auto", "v"):
+            raise ScenarioError("pipeline.scheduler_options.placement", f"{mode!r} with pipeline.virtual_stages: 2, "
+                                "which lays out the V; expected auto or v, or virtual_stages: 1 to let hetero_search "
+                                "lay itself out")
+        if mode == "loop":
+            check_rounds(p, m)
         cap = whole_option(self.options, "max_in_flight", 1)
         cap = cap if cap is not None else min(p, m) + (whole_option(self.options, "extra_in_flight", 0) or 0)
         passes = whole_option(self.options, "search_passes", 0)
@@ -632,50 +667,67 @@ class HeteroSearch(StaticOrderScheduler):
         seed = meta.seed if seed is None else seed
         n_draws = whole_option(self.options, "jitter_draws", 1) or JITTER_DRAWS
         plan = None
-        if v == 1 and mode != "v":
+        if v == 1 and mode in ("auto", "one_chunk"):
             plan = search(meta, [cap] * p, passes, budget, bool(self.options.get("per_microbatch", True)))
             plan = choose_under_draws(meta, plan, jitter_draws(back_to_back(meta), seed, n_draws))
-        meta_v = meta if v == 2 else (meta.layout_for(v_placement(p)) if meta.layout_for and mode != "one_chunk"
+        # The placements, in the order they challenge the plan so far: one chunk, the V, the loop.
+        tried = [] if plan is None else [(meta, plan)]
+        meta_v = meta if v == 2 else (meta.layout_for(v_placement(p)) if meta.layout_for and mode in ("auto", "v")
                                       and p > 1 else None)
         if meta_v is not None:
             vplan = search_v_cached(meta_v, 2 * cap, passes, budget)
             if vplan is not None:
-                vplan = choose_under_draws(meta_v, vplan, jitter_draws(back_to_back(meta_v), seed, n_draws))
-            # The V replaces the one-chunk plan only when it predicts more than MIN_GAIN at the
-            # expected times (it sends twice the messages, so a tie is better left to the one-chunk
-            # order), or under jitter a lead the draws resolve (v_leads_under_draws).
-            # Compared end to end: the V needs no tied-embedding all-reduce (both ends on device 0)
-            # but moves the LM head's optimizer step there (meta.flush_ms of each placement).
-            # A placement that overruns a device's memory loses to one that fits, whatever its time.
-            # (Under post-validation the makespans are of two iterations, so each has two flushes.)
-            its = iterations_of(meta)
-            t_one = plan.makespan + its * meta.flush_ms if plan is not None else float("inf")
-            t_v = vplan.makespan + its * meta_v.flush_ms if vplan is not None else float("inf")
-            alts = {"one_chunk": t_one, "v": t_v}
-            fit_one = plan is not None and fits(meta, [peak_in_flight(o) for o in plan.orders])
-            fit_v = vplan is not None and fits(meta_v, [peak_in_flight([(ph, j) for _, ph, j in o])
-                                                         for o in vplan.device_orders])
-            faster = t_v < t_one * (1.0 - MIN_GAIN)
-            if fit_v and fit_one:
-                under_draws = v_leads_under_draws(meta, plan, meta_v, vplan, seed, n_draws)
-                faster = faster if under_draws is None else under_draws
-            if vplan is not None and (fit_v and not fit_one or fit_v == fit_one and faster):
-                vplan.alternatives = alts
-                plan = vplan
-                if v == 1:
-                    self.chosen_placement = vplan.placement
-            elif plan is not None:
-                plan.alternatives = alts
+                tried.append((meta_v, choose_under_draws(meta_v, vplan, jitter_draws(back_to_back(meta_v), seed,
+                                                                                     n_draws))))
+        if v == 1 and mode in ("auto", "loop") and meta.layout_for and p > 1 and rounds_divide(p, m):
+            meta_l = meta.layout_for(InterleavedZeroBubble.placement(p, 2))
+            lplan = loop_plan(meta_l, 2 * cap)
+            if lplan is not None:
+                tried.append((meta_l, lplan))
+        plan = self.choose_placement(meta, tried, seed, n_draws)
         if plan is None:
             raise ScenarioError("pipeline.scheduler_options.max_in_flight", f"hetero_search found no schedule within "
                                 f"{cap} activations per stage")
         self.plan = plan
         self.order = plan.orders
+        if v == 1 and plan.placement is not None:
+            self.chosen_placement = plan.placement
         if plan.device_orders is not None:
             self.device_orders = plan.device_orders
             self.device_of, self.hosted = device_maps(plan.placement)
         modes = plan.modes
         self.split_backward = modes[0] if len(set(map(str, modes))) == 1 and modes[0] != "either" else modes
+
+    @staticmethod
+    def choose_placement(meta: PipelineMeta, tried, seed: int, n_draws: int) -> Plan | None:
+        """The plan that survives the placements' challenges, each against the plan so far, end
+        to end (each placement's tied-embedding all-reduce and slowest optimizer step,
+        meta.flush_ms, added; under post-validation the makespans are of two iterations, so two
+        flushes). A placement that overruns a device's memory loses to one that fits, whatever
+        its time. Between two that fit, or two that do not, the challenger must predict MIN_GAIN
+        better at the expected times (two chunks send twice the messages of one, so a tie is
+        left to the plan so far), or under jitter lead by what the draws resolve
+        (leads_under_draws)."""
+        its = iterations_of(meta)
+        alts = dict.fromkeys(PLACEMENTS, float("inf"))
+        best = None
+        for mt, pl in tried:
+            t = pl.makespan + its * mt.flush_ms
+            alts[pl.placement_name] = t
+            fit = fits(mt, [peak_in_flight([task[-2:] for task in o]) for o in plan_orders(pl)])
+            if best is not None:
+                meta_b, plan_b, t_b, fit_b = best
+                faster = t < t_b * (1.0 - MIN_GAIN)
+                if fit and fit_b:
+                    under_draws = leads_under_draws(meta_b, plan_b, mt, pl, seed, n_draws)
+                    faster = faster if under_draws is None else under_draws
+                if not (fit and not fit_b or fit == fit_b and faster):
+                    continue
+            best = (mt, pl, t, fit)
+        if best is None:
+            return None
+        best[1].alternatives = alts
+        return best[1]
 
     def next_tasks(self, state: SchedulerState) -> list[Task]:
         if self.device_orders is None:
@@ -683,14 +735,30 @@ class HeteroSearch(StaticOrderScheduler):
         return next_in_device_order(state, self.device_orders, self.device_of, self.hosted)
 
 
-def v_plan(meta: PipelineMeta, makespan: float, dev_orders, label: str, evaluated: int) -> Plan:
-    """A Plan over the V placement from its per-device orders."""
-    n = meta.n_stages
-    per_stage = [[] for _ in range(n)]
+def device_plan(meta: PipelineMeta, makespan: float, dev_orders, label: str, evaluated: int, placement) -> Plan:
+    """A Plan over a two-chunk placement (the V, the loop) from its per-device orders."""
+    per_stage = [[] for _ in range(meta.n_stages)]
     for order in dev_orders:
         for k, ph, j in order:
             per_stage[k].append((ph, j))
-    return Plan(per_stage, makespan, label, evaluated, {}, None, v_placement(n // 2), dev_orders)
+    return Plan(per_stage, makespan, label, evaluated, {}, None, placement, dev_orders)
+
+
+def loop_plan(meta: PipelineMeta, cap_chunks: int) -> Plan | None:
+    """interleaved_zb's order over the loop placement, replayed as the engine runs it (over two
+    iterations back to back under post-validation), or None when it holds more than cap_chunks."""
+    n, m = meta.n_stages, meta.n_microbatches
+    p = n // 2
+    placement = InterleavedZeroBubble.placement(p, 2)
+    vstage = {pc: k for k, pc in enumerate(placement)}
+    orders = [[(vstage[(d, c)], ph, j) for c, ph, j in interleaved_zb_order(d, p, 2, m)] for d in range(p)]
+    if max(v_peak_chunks(orders)) > cap_chunks:
+        return None
+    its = iterations_of(meta)
+    t = replay_device_orders(back_to_back(meta), repeat_orders(orders, m, its), device_maps(placement)[0])
+    plan = device_plan(meta, t, orders, LABEL["loop"] + "built-in interleaved_zb", 1, placement)
+    plan.candidates = {"built-in interleaved_zb": orders}
+    return plan
 
 
 def search_v_cached(meta: PipelineMeta, cap_chunks: int, max_passes: int, budget: float) -> Plan | None:
@@ -704,7 +772,7 @@ def search_v_cached(meta: PipelineMeta, cap_chunks: int, max_passes: int, budget
     plan = None
     if r is not None:
         t, dev_orders, label, evaluated, candidates = r
-        plan = v_plan(meta, t, dev_orders, "V: " + label, evaluated)
+        plan = device_plan(meta, t, dev_orders, "V: " + label, evaluated, v_placement(meta.n_stages // 2))
         plan.candidates = candidates
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()

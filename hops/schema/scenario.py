@@ -189,8 +189,9 @@ class SimulationModel(Section):
 class PipelineModel(Section):
     schedule: Str(description="gpipe, 1f1b, zb_h1, zb_h2, zb_v (virtual_stages: 2), zb_1p, zb_2p, zb_auto "
                             "(the ZB paper's automatic scheduling; zb_auto's scheduler_options.memory_limit), "
-                            "interleaved_1f1b, zero_bubble (= zb_h1), hops_hetero, hetero_search (picks one chunk "
-                            "per stage or ZB-V's V itself) or a dotted path") = "1f1b"
+                            "interleaved_1f1b, interleaved_zb (PyTorch's; both virtual_stages >= 2), zero_bubble "
+                            "(= zb_h1), hops_hetero, hetero_search (picks one chunk per stage, ZB-V's V or the "
+                            "interleaved loop itself) or a dotted path") = "1f1b"
     scheduler_options: DictOf(Any) = Field(default_factory=dict)
     precision: Str(PRECISIONS) = "bf16"
     backward_factor: Num(gt=0) = 2.0
