@@ -90,6 +90,17 @@ Tried against it, alternating the trees, and not kept:
 - threads (the PNGs in one, events.csv and the trace in the other) overlap only what releases
   the GIL (zlib, file writes, some numpy): the four writers in process 2.6 -> 2.1-2.3 s (load
   ~0.5), whole runs at load 1.2-2.3 7.4 s against 7.1 s (no gain measurable).
+Kept since: the PNGs drawn by a forked child (hops.run.charts_alongside) while the run writes
+its text files; fork shares the Timeline and the imported modules, so neither the pickling nor
+the interpreter start of the spawned worker is paid. The last case below draws them in turn
+(output.plots_alongside=false) in the same rounds. `--large-only --repeats 5`, 2026-12-04
+11:55, load 0.8-1.2: simulate 3.48 s; paired, median [min-max]: plots off 1.71x [1.61-1.79],
+plots on 1.88x [1.49-1.98], drawn in turn 2.09x [1.73-2.54]; alongside was the shorter in each
+of the 5 rounds, at about 0.05x more CPU (1.94x against 1.93x, medians). Alternating the tree
+before it (62a1f42) and after, `python -m hops.run` on this scenario with plots, 8 runs each at
+load 0.4-1.0: 7.50 s -> 6.49 s wall (median; the child's run shorter in all 8 pairs), 7.59 ->
+7.76 s CPU. Where the second core is busy the gain shrinks toward nothing (three earlier
+`--repeats 5` runs at load 0.8-1.8 gave plots on 1.85x, 2.13x and, for the tree before, 2.16x).
 """
 from __future__ import annotations
 
@@ -278,7 +289,8 @@ def large(p: int, m: int, batches: int, repeats: int, plots: bool = True) -> Non
 
         cases = {"hops.run end to end, plots off": ("output.plots=false",),
                  "... plots off, trace.json.gz": ("output.plots=false", "output.chrome_trace_gz=true"),
-                 **({"hops.run end to end, plots on": ()} if plots else {})}
+                 **({"hops.run end to end, plots on": (),
+                     "... plots on, drawn in turn": ("output.plots_alongside=false",)} if plots else {})}
         e2e, paired = end_to_end(lambda: hops.simulate(doc), {k: (lambda a=a: cli(*a)) for k, a in cases.items()},
                                  repeats)
     print(f"large scenario: PP{p} x {m}, {batches} iterations, {n:,} events (medians of {repeats}; "

@@ -213,8 +213,8 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         failure = from_model(m.failure)
     out = m.output
     output = {"dir": out.dir, "plots": out.plots, "events": out.events, "chrome_trace": out.chrome_trace,
-              "chrome_trace_gz": out.chrome_trace_gz, "mlflow": out.mlflow,
-              "paths": {k: v for k, v in out.paths if v is not None}}
+              "chrome_trace_gz": out.chrome_trace_gz, "plots_alongside": out.plots_alongside,
+              "mlflow": out.mlflow, "paths": {k: v for k, v in out.paths if v is not None}}
     split, model = pipe.backward_split, pipe.model
     scenario = Scenario(
         batches=m.simulation.batches, microbatches=m.simulation.microbatches, seed=m.simulation.seed,

@@ -234,3 +234,21 @@ def test_python_m_hops_sweep_reports_a_killed_sweep_as_interrupted(tmp_path):
         ("0", "1", "ok"), ("1", "2", "interrupted"), ("2", "3", "interrupted")]
     assert "no summary.json" in rows[1]["status"] and "never started" in rows[2]["status"]
     assert float(rows[0]["samples_per_s"]) > 0 and rows[1]["samples_per_s"] == ""
+
+
+def test_a_writer_that_fails_leaves_no_temporary_and_its_error_names_the_output(tmp_path):
+    """A full disk half-way through a writer: the temporary is removed, and the OSError carries
+    the output's own name second, as a failed rename does, for the one-line error."""
+    import errno
+
+    from hops.outputs import files
+    from hops.run.run_dir import cannot_write
+
+    def fills_the_disk(tmp):
+        Path(tmp).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
+
+    with pytest.raises(OSError) as exc:
+        files.write_with(tmp_path / "timeline.png", fills_the_disk)
+    assert list(tmp_path.iterdir()) == []
+    assert cannot_write(exc.value).startswith(f"cannot write {tmp_path / 'timeline.png'}: No space left on device")

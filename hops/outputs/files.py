@@ -93,10 +93,7 @@ def commit(tmp: Path, path: Path, *, sync: bool = False) -> Path:
 
 
 def write_text(path: str | Path, text: str, *, sync: bool = False) -> Path:
-    path = Path(path)
-    tmp = tmp_path(path)
-    tmp.write_text(text)
-    return commit(tmp, path, sync=sync)
+    return write_with(path, lambda tmp: tmp.write_text(text), sync=sync)
 
 
 def write_events_csv(timeline, path: str | Path) -> None:
@@ -142,8 +139,21 @@ def write_events_csv(timeline, path: str | Path) -> None:
 
 
 def write_with(path: str | Path, writer, *, sync: bool = False) -> Path:
-    """`writer(tmp)` writes the file at a temporary path; it is renamed to `path` only once done."""
+    """`writer(tmp)` writes the file at a temporary path; it is renamed to `path` only once done.
+
+    A writer that fails leaves no temporary behind; its OSError on the temporary (a full disk)
+    gets `path` as its second file name, as a failed rename has, so the one-line error names
+    the output the user knows (hops.run.run_dir.cannot_write)."""
     path = Path(path)
     tmp = tmp_path(path)
-    writer(tmp)
+    try:
+        writer(tmp)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename == str(tmp) and exc.filename2 is None:
+            raise OSError(exc.errno, exc.strerror, exc.filename, None, str(path)) from exc
+        raise
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return commit(tmp, path, sync=sync)

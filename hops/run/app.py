@@ -26,6 +26,7 @@ from typing import Any
 
 from hops.errors import EXIT_USER_ERROR, HopsError
 from hops.outputs.files import schedule_text, slowest_stage
+from hops.run import charts_alongside as alongside
 from hops.run.progress import Progress
 
 
@@ -242,12 +243,14 @@ def load_catalog(cfg):
         raise CatalogError(f"catalog: {exc}") from None
 
 
-def write_outputs(result, run_dir: Path, title: str | None = None,
-                  catalog_overrides: dict | None = None, progress: Progress | None = None) -> dict[str, Path]:
+def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overrides: dict | None = None,
+                  progress: Progress | None = None, charts_alongside: bool | None = None) -> dict[str, Path]:
     """Every output of a run, each renamed into place once complete, summary.json last.
 
     A directory without summary.json is an interrupted (or failed) run, never a complete one.
-    `progress` is told which file is being written (of how many).
+    `progress` is told which file is being written (of how many). `charts_alongside`: draw the
+    PNGs in a forked child while this process writes the rest (hops.run.charts_alongside);
+    None: as `output.plots_alongside` says, and where that is null, wherever it is available.
     """
     from hops.outputs import files as outputs
 
@@ -278,11 +281,30 @@ def write_outputs(result, run_dir: Path, title: str | None = None,
                      lambda p: write_chrome_trace(tl, p, compress=gz)))
     paths: dict[str, Path] = {"summary": run_dir / outputs.SUMMARY}  # listed first, written last
     total = len(plan) + 1
-    for i, (key, name, writer) in enumerate(plan, 1):
-        if progress is not None:
-            progress.phase(f"hops: writing {name} ({i} of {total} files, {len(tl):,} events)")
-        paths[key] = (outputs.write_text(run_dir / name, writer) if isinstance(writer, str)
-                      else outputs.write_with(run_dir / name, writer))
+    charts = None
+    if charts_alongside is None:
+        charts_alongside = out.get("plots_alongside")
+    if charts_alongside is None:
+        charts_alongside = alongside.available()
+    if charts_alongside and any(name.endswith(".png") for _, name, _ in plan):
+        jobs = [(key, lambda name=name, writer=writer: outputs.write_with(run_dir / name, writer))
+                for key, name, writer in plan if name.endswith(".png")]
+        plan = [job for job in plan if not job[1].endswith(".png")]
+        charts = alongside.ChartProcess(jobs)
+    try:
+        for i, (key, name, writer) in enumerate(plan, 1):
+            if progress is not None:
+                progress.phase(f"hops: writing {name} ({i} of {total} files, {len(tl):,} events"
+                               + (", the charts alongside)" if charts else ")"))
+            paths[key] = (outputs.write_text(run_dir / name, writer) if isinstance(writer, str)
+                          else outputs.write_with(run_dir / name, writer))
+        if charts is not None:
+            if progress is not None:
+                progress.phase(f"hops: drawing the charts ({len(plan) + 1} to {total - 1} of {total} files)")
+            paths.update(charts.join())
+    finally:
+        if charts is not None:
+            charts.stop()
     if progress is not None:
         progress.phase(f"hops: writing summary.json ({total} of {total} files)")
     paths["summary"] = result.write_summary(run_dir)
