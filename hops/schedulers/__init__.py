@@ -15,8 +15,8 @@ from hops.schedulers.zb_v import ZBV
 from hops.schedulers.zero_bubble import ZBH1, ZBH2, ZeroBubble
 
 _REGISTRY: dict[str, type[Scheduler]] = {cls.name: cls for cls in (GPipe, OneFOneB, ZBH1, ZBH2, ZBV, ZBAuto, ZB1P,
-                                                                   ZB2P, Interleaved1F1B, InterleavedZeroBubble, HopsHetero,
-                                                                   HeteroSearch)}
+                                                                   ZB2P, Interleaved1F1B, InterleavedZeroBubble,
+                                                                   HopsHetero, HeteroSearch)}
 _REGISTRY["zero_bubble"] = ZBH1  # alias: the paper's ZB-H1 (Qi et al., ICLR 2024)
 
 
@@ -53,5 +53,5 @@ def resolve_scheduler(name: str) -> type[Scheduler]:
 
 __all__ = ["PipelineMeta", "Scheduler", "SchedulerState", "StaticOrderScheduler", "Task", "register",
            "available", "resolve_scheduler", "DeviceOrderScheduler", "GPipe", "OneFOneB", "Interleaved1F1B",
-           "InterleavedZeroBubble", "ZBH1",
-           "ZBH2", "ZBV", "ZBAuto", "ZB1P", "ZB2P", "ZeroBubble", "HopsHetero", "HeteroSearch"]
+           "InterleavedZeroBubble", "ZBH1", "ZBH2", "ZBV", "ZBAuto", "ZB1P", "ZB2P", "ZeroBubble", "HopsHetero",
+           "HeteroSearch"]

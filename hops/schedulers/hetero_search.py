@@ -103,10 +103,10 @@ from hops.errors import ScenarioError
 from hops.schedulers.base import (PipelineMeta, Scheduler, SchedulerState, StaticOrderScheduler, Task, device_maps, whole_option,
                    next_in_device_order)
 from hops.schedulers.classic import GPipe, OneFOneB
-from hops.schedulers.replay import (back_to_back, iterations_of, repeat_orders, replay_device_orders,
-                                    simulate_policy)
 from hops.schedulers.interleaved_zb import InterleavedZeroBubble, check_rounds, rounds_divide
 from hops.schedulers.interleaved_zb import device_order as interleaved_zb_order
+from hops.schedulers.replay import (back_to_back, iterations_of, repeat_orders, replay_device_orders,
+                                    simulate_policy)
 from hops.schedulers.zb_v import ZBV, expected_times, list_schedule, stage_orders, v_placement
 from hops.schedulers.zero_bubble import ZBH1, ZBH2
 
@@ -115,9 +115,9 @@ _CACHE_MAX = 256
 MIN_GAIN = 0.003  # predicted fraction a searched plan must beat the best fitting built-in by
 # Draws of one iteration's compute times the finalists are judged on when times vary: at 10 %
 # jitter one draw's makespan spreads about 1 %, so 64 draws pin a mean to about 0.13 %, inside
-# MIN_GAIN (16 draws erred 0.4 %). The V-or-one-chunk choice starts from as many.
+# MIN_GAIN (16 draws erred 0.4 %). The choice between placements starts from as many.
 JITTER_DRAWS = 64
-# The most draws the V-or-one-chunk choice takes to resolve a difference (v_leads_under_draws):
+# The most draws the choice between two placements takes to resolve a difference (leads_under_draws):
 # at 10 % jitter, 1024 per placement resolve about 0.09 % (two standard errors)
 MAX_DRAWS = 1024
 PLACEMENTS = ("one_chunk", "v", "loop")  # one chunk per stage, ZB-V's V, interleaved 1F1B's loop
@@ -136,7 +136,7 @@ class Plan:
         self.placement = placement  # None: one chunk per stage; else (stage, chunk) per virtual stage (V or loop)
         self.device_orders = device_orders  # two chunks only: per device, (virtual stage, phase, microbatch)
         self.alternatives = {}  # predicted makespan of the best plan per placement (PLACEMENTS)
-        # label -> orders (per stage; per device for the V) of the finalists the jitter draws decide
+        # label -> orders (per stage; per device for two chunks) of the finalists the jitter draws decide
         # between (choose_under_draws); a built-in's label starts with "built-in", the V's rule orders' with "zb_v"
         self.candidates = {}
         self.orders = orders
@@ -584,8 +584,8 @@ def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
     its = iterations_of(meta)
     if draws is None and its == 1:
         return plan
-    key = ("draws", its, plan.placement_name, meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w),
-           tuple(meta.bw), tuple(meta.devices), tuple(meta.transfer_ms), meta.blocking_send,
+    key = ("draws", its, plan.placement_name, meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b),
+           tuple(meta.w), tuple(meta.bw), tuple(meta.devices), tuple(meta.transfer_ms), meta.blocking_send,
            tuple((label, tuple(map(tuple, o))) for label, o in plan.candidates.items()),
            None if draws is None else hash(tuple(x for d in draws for st in d for ph in st for x in ph)))
     hit = _CACHE.get(key)
