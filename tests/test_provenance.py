@@ -29,6 +29,7 @@ NOT_MODEL = {
     "hops/run/__init__.py": "the app's package docstring",
     "hops/run/__main__.py": "`python -m hops.run`",
     "hops/run/app.py": "Hydra app: composes a scenario and writes outputs",
+    "hops/run/charts_alongside.py": "draws a run's PNG outputs in a forked child",
     "hops/run/run_dir.py": "locks and clears a run's output directory",
     "hops/run/sweep.py": "reports on finished runs",
     "hops/outputs/__init__.py": "lazy access to the writers",

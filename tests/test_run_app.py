@@ -170,6 +170,48 @@ def test_catalog_and_device_overrides_need_no_plus(tmp_path):
     assert "catalog.interconnects.ethernet.bandwidth_gbps=0.5" in (slow_net / "scenario.yaml").read_text()
 
 
+def _schema_keys(model, conf, path=""):
+    """Dotted keys of a schema section (nested sections too) that the config tree does not list."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def section(annotation):
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return annotation
+        return next((s for a in typing.get_args(annotation) if (s := section(a)) is not None), None)
+
+    missing = []
+    for name, field in model.model_fields.items():
+        if not isinstance(conf, dict) or name not in conf:
+            missing.append(path + name)
+        elif section(field.annotation) is not None and isinstance(conf[name], dict):
+            missing += _schema_keys(section(field.annotation), conf[name], f"{path}{name}.")
+    return missing
+
+
+@pytest.mark.parametrize("group", [s for s in SECTIONS if s not in ("overrides", "failure")])
+def test_the_config_tree_lists_every_key_the_schema_accepts(group):
+    """So `section.key=value` works without Hydra's `+` (conf/pipeline/default.yaml says so);
+    `failure.` and `overrides.` are open prefixes the app passes as `++`."""
+    import typing
+
+    import yaml
+
+    from hops.schema.scenario import ScenarioModel
+
+    model = next(a for a in typing.get_args(ScenarioModel.model_fields[group].annotation) or
+                 (ScenarioModel.model_fields[group].annotation,) if isinstance(a, type))
+    conf = yaml.safe_load((CONF_DIR / group / "default.yaml").read_text())
+    assert _schema_keys(model, conf) == []
+
+
+def test_virtual_stages_is_an_override_without_a_plus(tmp_path):
+    out = run_inproc(tmp_path, "pipeline.schedule=interleaved_zb", "pipeline.virtual_stages=2", "output.plots=false")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["schedule"] == "interleaved_zb" and len(summary["peak_in_flight"]) == 4
+
+
 def test_scenario_file_on_a_fixture_with_overrides(tmp_path, fixtures_root, monkeypatch):
     path = fixtures_root / FIXTURE
     monkeypatch.chdir(path.parent.parent)  # relative scenario_file resolves against the caller's cwd
