@@ -679,3 +679,20 @@ def test_the_loop_forced_where_pytorchs_rounds_do_not_divide_m_is_interleaved_zb
         hops.simulate(sc)
     sc["pipeline"]["scheduler_options"] = {}
     assert not looped(hops.simulate(sc))  # auto: the loop is not a candidate there
+
+
+def test_the_loop_forced_beyond_the_activation_cap_says_how_much_it_needs():
+    """5 microbatches on 4 stages run in one round of 5: the loop holds 9 chunk activations per
+    device, above ZB-H1's 2 x 4; the error names the option and the value that admits it."""
+    from hops.errors import ScenarioError
+
+    sc = pipeline(4, 5, schedule="hetero_search", split=0.5)
+    sc["pipeline"]["scheduler_options"] = {"placement": "loop"}
+    with pytest.raises(ScenarioError) as err:
+        hops.simulate(sc)
+    assert str(err.value) == ("pipeline.scheduler_options.max_in_flight: the loop holds 9 chunk activations per "
+                              "device (5 microbatches in rounds of 5), above the cap of 8; raise max_in_flight to 5 "
+                              "or use placement auto")
+    sc["pipeline"]["scheduler_options"] = {"placement": "loop", "max_in_flight": 5}
+    r = hops.simulate(sc)
+    assert looped(r) and max(r.summary["peak_in_flight"]) == 9

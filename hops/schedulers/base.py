@@ -122,7 +122,7 @@ class Scheduler:
         """
         if v != 1:
             raise ValueError(f"schedule {cls.name!r} runs one model chunk per stage; "
-                             "use interleaved_1f1b (or zb_v, 2 chunks) for virtual stages")
+                             "use interleaved_1f1b or interleaved_zb (or zb_v, 2 chunks) for virtual stages")
         return [(s, 0) for s in range(p)]
 
     def configure(self, meta: PipelineMeta) -> None:

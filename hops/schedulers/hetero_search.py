@@ -685,6 +685,12 @@ class HeteroSearch(StaticOrderScheduler):
             if lplan is not None:
                 tried.append((meta_l, lplan))
         plan = self.choose_placement(meta, tried, seed, n_draws)
+        if plan is None and mode == "loop" and meta.layout_for and p > 1:
+            r = m // max(1, m // p)
+            raise ScenarioError("pipeline.scheduler_options.max_in_flight", f"the loop holds {min(r + p, 2 * m)} chunk "
+                                f"activations per device ({m} microbatches in rounds of {r}), above the cap of "
+                                f"{2 * cap}; raise max_in_flight to {(min(r + p, 2 * m) + 1) // 2} or use placement "
+                                "auto")
         if plan is None:
             raise ScenarioError("pipeline.scheduler_options.max_in_flight", f"hetero_search found no schedule within "
                                 f"{cap} activations per stage")
