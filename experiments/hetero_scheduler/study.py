@@ -44,6 +44,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from hops.schedulers.interleaved_zb import rounds_divide
+
 # The study's split-cost model: B and W each pay the floor of the kernels they launch, W's
 # weight-gradient GEMMs being ~4 of a layer's ~20 backward launches (the megatron_core stack's
 # own value; the fixture stack still holds the seed's charge, so the study states it).
@@ -93,7 +95,10 @@ JITTERS = {"j0": 0.0, "j10": 0.10}
 VIRTUAL = {"interleaved_1f1b": 2, "interleaved_zb": 2, "zb_v": 2, "zb_v_pv": 2}
 # no lower bound for these: it is built from whole-stage times and a barrier between iterations
 NO_BOUND = set(VIRTUAL) | set(POST_VALIDATED)
-MEGATRON_M = {"interleaved_1f1b"}  # need m to be a multiple of p (Megatron's constraint)
+# Schedules that run only some (p, m): Megatron's interleaving needs m a multiple of p, PyTorch's
+# interleaved zero bubble m in equal rounds; elsewhere they are not applicable to a config
+RUNS_ON = {"interleaved_1f1b": lambda p, m: m % p == 0,
+           "interleaved_zb": rounds_divide}
 TIE = 0.5  # percent
 
 
@@ -104,7 +109,6 @@ def run_config(path: str, factor: float, jitter: float = 0.0, seeds=SEEDS["j0"],
     import hops
     from hops.model.hardware import Catalog
     from hops.scenario import load_document
-    from hops.schedulers.interleaved_zb import rounds_divide
 
     from .lower_bound import expected_times, memory_bound, run_bound
 
@@ -120,8 +124,8 @@ def run_config(path: str, factor: float, jitter: float = 0.0, seeds=SEEDS["j0"],
         doc["pipeline"]["virtual_stages"] = VIRTUAL.get(sched, 1)
         doc.setdefault("optimizer", {})["post_validation"] = sched in POST_VALIDATED
         doc["pipeline"]["scheduler_options"] = {"search_seed": SEARCH_SEED} if sched in JUDGED_AGAINST else {}
-        if sched in MEGATRON_M and m % p or sched == "interleaved_zb" and not rounds_divide(p, m):
-            continue  # Megatron's constraint, or PyTorch's equal rounds: not applicable to this config
+        if not RUNS_ON.get(sched, lambda p, m: True)(p, m):
+            continue
         ms, lbs = [], []
         for seed in seeds:
             t_c = time.perf_counter()

@@ -104,7 +104,6 @@ from hops.schedulers.base import (PipelineMeta, Scheduler, SchedulerState, Stati
                    next_in_device_order)
 from hops.schedulers.classic import GPipe, OneFOneB
 from hops.schedulers.interleaved_zb import InterleavedZeroBubble, check_rounds, rounds_divide
-from hops.schedulers.interleaved_zb import device_order as interleaved_zb_order
 from hops.schedulers.replay import (back_to_back, iterations_of, repeat_orders, replay_device_orders,
                                     simulate_policy)
 from hops.schedulers.zb_v import ZBV, expected_times, list_schedule, stage_orders, v_placement
@@ -753,15 +752,13 @@ def device_plan(meta: PipelineMeta, makespan: float, dev_orders, label: str, eva
 def loop_plan(meta: PipelineMeta, cap_chunks: int) -> Plan | None:
     """interleaved_zb's order over the loop placement, replayed as the engine runs it (over two
     iterations back to back under post-validation), or None when it holds more than cap_chunks."""
-    n, m = meta.n_stages, meta.n_microbatches
-    p = n // 2
-    placement = InterleavedZeroBubble.placement(p, 2)
-    vstage = {pc: k for k, pc in enumerate(placement)}
-    orders = [[(vstage[(d, c)], ph, j) for c, ph, j in interleaved_zb_order(d, p, 2, m)] for d in range(p)]
+    izb = InterleavedZeroBubble()
+    izb.configure(meta)
+    orders, placement = izb.order, izb.placement(meta.n_stages // 2, 2)
     if max(v_peak_chunks(orders)) > cap_chunks:
         return None
     its = iterations_of(meta)
-    t = replay_device_orders(back_to_back(meta), repeat_orders(orders, m, its), device_maps(placement)[0])
+    t = replay_device_orders(back_to_back(meta), repeat_orders(orders, meta.n_microbatches, its), izb.device_of)
     plan = device_plan(meta, t, orders, LABEL["loop"] + "built-in interleaved_zb", 1, placement)
     plan.candidates = {"built-in interleaved_zb": orders}
     return plan
