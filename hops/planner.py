@@ -694,15 +694,16 @@ class Planner3D:
     """Chooses TP per stage, PP depth, DP degree, layer split and schedule for an inventory."""
 
     def __init__(self, model: Mapping, pools: Sequence[Pool], *, global_batch: int, micro_batch_size: int = 1,
-                 stack: str | None = None, sharding: str = "none", cross_node: str = "infiniband",
-                 max_pipeline: int = 16, catalog: Catalog | None = None, max_orders: int = 64, span: int = 16,
-                 exact_limit: int = 400):
+                 stack: str | None = None, stack_options: Mapping | None = None, sharding: str = "none",
+                 cross_node: str = "infiniband", max_pipeline: int = 16, catalog: Catalog | None = None,
+                 max_orders: int = 64, span: int = 16, exact_limit: int = 400):
         from hops.schema.scenario import DEFAULT_STACK
 
         self.catalog = catalog or Catalog.load()
         self.model, self.pools = dict(model), tuple(pools)
         self.global_batch, self.micro_batch_size = global_batch, micro_batch_size
         self.stack, self.sharding, self.cross_node = stack or DEFAULT_STACK, sharding, cross_node
+        self.stack_options = dict(stack_options or {})
         self.max_pipeline, self.max_orders, self.span, self.exact_limit = max_pipeline, max_orders, span, exact_limit
         self._check()
         probe = self.base_doc()
@@ -738,7 +739,8 @@ class Planner3D:
 
     def base_doc(self) -> dict:
         return {"simulation": {"batches": 2, "microbatches": 1, "micro_batch_size": self.micro_batch_size, "seed": 0},
-                "pipeline": {"schedule": "1f1b", "stack": self.stack, "model": dict(self.model), "stages": []},
+                "pipeline": {"schedule": "1f1b", "stack": self.stack, "stack_options": dict(self.stack_options),
+                             "model": dict(self.model), "stages": []},
                 "hardware": {"devices": [], "interconnect": {"cross_node": self.cross_node}},
                 "optimizer": {"enabled": True, "data_parallel": {"degree": 1, "sharding": self.sharding}}}
 
@@ -805,8 +807,8 @@ class Planner3D:
                     devices += [DeviceSpec(d, pool.gpu, f"p{k}n{n}", 0, pool.host) for d in ids]
                     if not has_link:
                         links += [LinkOverride(a, b, pcie) for a in ids for b in ids if a != b]
-            fake = SimpleNamespace(devices=devices, stack=self.stack, device_overrides={}, same_node=None,
-                                   cross_node=self.cross_node, links=links)
+            fake = SimpleNamespace(devices=devices, stack=self.stack, stack_options=self.stack_options,
+                                   device_overrides={}, same_node=None, cross_node=self.cross_node, links=links)
             self._topology = Topology(fake, self.catalog)
         return self._topology
 

@@ -100,6 +100,20 @@ def _choice(value, path, choices, src):
     return value
 
 
+def _stack_options(options, stack: str, catalog, src) -> dict:
+    """The switches the scenario sets, once the preset carries what they need (an unfused
+    kernel its bytes per score, a flash one its efficiencies)."""
+    from hops.model.hardware import CatalogError, check_stack
+
+    given = {k: v for k, v in options if v is not None}
+    try:
+        check_stack(stack, {**catalog.stacks[stack], **given})
+    except CatalogError as e:  # only the kernel switch can ask for constants a preset lacks
+        _fail("pipeline.stack_options.attention" if "attention" in given else "pipeline.stack_options",
+              f"{e} (a catalog.stacks.{stack}.* override can add it, or pick a stack that has it)", src)
+    return given
+
+
 def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     """The engine's Scenario from validated models, plus the checks that need the catalog or cross sections."""
     from hops.model.backward_split import activation_grad_fraction
@@ -120,6 +134,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     known = ", ".join(sorted(device_ids))
 
     stack = _choice(pipe.stack, "pipeline.stack", tuple(catalog.stacks), src)
+    stack_options = _stack_options(pipe.stack_options, stack, catalog, src)
     arch = _architecture(pipe.model, catalog, src)
     auto = _check_layers(pipe, arch, src)
     nbytes = catalog.model["bytes_per_element"][pipe.precision]
@@ -232,7 +247,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, dp_sharding=opt.data_parallel.sharding,
         failure=failure, output=output,
         raw=raw, notes=notes, virtual_stages=pipe.virtual_stages, post_validation=opt.post_validation,
-        stack=stack, architecture=arch,
+        stack=stack, stack_options=stack_options, architecture=arch,
     )
     if auto:
         from hops.model.layer_split import split_layers

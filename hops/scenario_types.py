@@ -113,6 +113,7 @@ class Scenario:
     virtual_stages: int = 1  # model chunks per stage (interleaved 1F1B's v); the schedule places them
     post_validation: bool = False  # optimizer post-validation (ZB paper): no barrier between iterations
     stack: str = DEFAULT_STACK  # the training-stack preset
+    stack_options: Mapping[str, Any] = field(default_factory=dict)  # the run's switches over the preset's
     architecture: Architecture | None = None  # the model's shape, when pipeline.model gives heads
 
     @property

@@ -100,6 +100,19 @@ def test_a_plan_becomes_a_scenario_of_one_replica_with_its_dp_degree():
     assert sc.dp_degree == best.dp and sc.microbatches * best.dp * sc.micro_batch_size == 8
 
 
+def test_the_runs_stack_options_reach_the_plans_scenario_and_its_memory():
+    """A request's training.stack_options (here Megatron's full recomputation) are the plan's
+    scenario's: the same plan then holds only each layer's input."""
+    import hops
+
+    plain = Planner3D(TINY, POOLS, global_batch=8)
+    best = plain.plan(verify=False).best
+    doc = Planner3D(TINY, POOLS, global_batch=8, stack_options={"recompute": "full"}).scenario(best)
+    assert hops.load_scenario(doc).stack_options == {"recompute": "full"}
+    full, none = hops.simulate(doc).summary, hops.simulate(plain.scenario(best)).summary
+    assert all(full["peak_memory_mb"][g] < none["peak_memory_mb"][g] for g in none["peak_memory_mb"])
+
+
 def test_memory_limits_the_split():
     """A model that one GPU of a pool cannot hold is planned over more of them, or refused."""
     big = {"layers": 8, "hidden_dim": 8192, "heads": 64, "seq_len": 4096, "vocab_size": 32000}
@@ -166,7 +179,9 @@ def test_the_cli_prints_the_plans_and_writes_the_best_as_a_scenario(tmp_path, ca
 
 @pytest.mark.parametrize("training,field", [({"data_parallel": 64}, "training.data_parallel"),
                                             ({"global_batch": 0}, "training.global_batch"),
-                                            ({"sharding": "zero9"}, "training.sharding")])
+                                            ({"sharding": "zero9"}, "training.sharding"),
+                                            ({"stack_options": {"recompute": "most"}},
+                                             "training.stack_options.recompute")])
 def test_the_cli_refuses_a_bad_request_in_one_line(tmp_path, capsys, training, field):
     from hops.plan import main
 

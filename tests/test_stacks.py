@@ -228,3 +228,46 @@ def test_unknown_stack_and_host_names_are_one_line_errors():
     with pytest.raises(HopsError, match=r"^pipeline.stack: got 'tensorrt'; expected one of fixture_megatron, "
                                         r"megatron_core$"):
         load_scenario(d)
+
+
+@pytest.mark.parametrize("switch,value", [("recompute", "full"), ("sequence_parallel", True),
+                                          ("dispatch", "sync_launch"), ("p2p_overlap", True)])
+def test_a_scenarios_stack_options_are_the_preset_with_that_switch_flipped(switch, value):
+    """A run's flags (--recompute-granularity full, ...) belong in its scenario: setting one there
+    predicts exactly what the preset with that switch overridden predicts."""
+    d = arch_doc("megatron_core", layers=4)
+    d["pipeline"]["stages"] = [{"devices": [f"g{2 * i}", f"g{2 * i + 1}"], "layers": 4} for i in range(3)]
+    d["hardware"]["devices"] = [{"id": f"g{i}", "gpu": "h100_sxm", "node": "n"} for i in range(6)]
+    d["optimizer"] = {"enabled": True}
+    flipped = copy.deepcopy(d)
+    flipped["pipeline"]["stack_options"] = {switch: value}
+    preset = hops.simulate(d, catalog=Catalog.load([f"stacks.megatron_core.{switch}={value}"])).summary
+    mine, plain = hops.simulate(flipped).summary, hops.simulate(d).summary
+    for key in ("throughput", "peak_memory_mb", "stages"):
+        assert mine[key] == preset[key], key
+    assert (mine["throughput"], mine["peak_memory_mb"]) != (plain["throughput"], plain["peak_memory_mb"])
+
+
+def test_null_stack_options_keep_the_presets_switches():
+    d = arch_doc("fixture_megatron")
+    nulls = copy.deepcopy(d)
+    nulls["pipeline"]["stack_options"] = dict.fromkeys(("attention", "dispatch", "recompute", "p2p_overlap",
+                                                        "tensor_parallel_overlap", "sequence_parallel",
+                                                        "dp_overlap_grad_reduce"))
+    assert load_scenario(nulls).stack_options == {}
+    assert hops.simulate(nulls).summary["stages"] == hops.simulate(d).summary["stages"]
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"attention": "unfused"}, "pipeline.stack_options.attention: stacks.megatron_core.attention_bytes_forward: "
+                               "missing; unfused attention and dispatch need it (a catalog.stacks.megatron_core.* "
+                               "override can add it, or pick a stack that has it)"),
+    ({"recompute": "most"}, "pipeline.stack_options.recompute: got 'most'; expected one of none, selective, full"),
+    ({"compute_time_coefficient": 1.0}, "pipeline.stack_options.compute_time_coefficient: unknown key"),
+])
+def test_a_stack_option_the_preset_cannot_take_is_a_one_line_error_naming_the_field(options, message):
+    d = arch_doc("megatron_core")
+    d["pipeline"]["stack_options"] = options
+    with pytest.raises(HopsError) as exc:
+        load_scenario(d)
+    assert str(exc.value).startswith(message) and "\n" not in str(exc.value)

@@ -182,7 +182,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     # distribution when it gives one (a measured one already holds any stalls), else the model
     # constant plus the expected iteration-end stall of the hosts the final exchanges join.
     host = (draw(scenario.host_overhead, rngs["host"], iters).tolist() if scenario.host_overhead is not None
-            else [float(catalog.stacks[scenario.stack]["iteration_overhead_ms"]) + iteration_end_stall_ms(scenario, catalog, topo)]
+            else [float(catalog.stack(scenario)["iteration_overhead_ms"]) + iteration_end_stall_ms(scenario, catalog, topo)]
             * iters)
     opt_ms, sync_ms = laid.opt_ms, laid.sync_ms
     ar_ms = data_parallel_ms(scenario, catalog, topo, backward_ms=[e.bw for e in compute.expected],
@@ -291,7 +291,7 @@ def lay_out(ctx: _Context, placement) -> Placed:
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
         post_validation=sc.post_validation, iterations=sc.batches,
-        blocking_send=not ctx.catalog.stacks[sc.stack]["p2p_overlap"],
+        blocking_send=not ctx.catalog.stack(sc)["p2p_overlap"],
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),
@@ -360,7 +360,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         return [0.0] * scenario.n_stages
     if scenario.optimizer_step_ms is not None:
         return list(scenario.optimizer_step_ms)
-    m = catalog.constants(scenario.stack)
+    m = catalog.constants(scenario.stack, scenario.stack_options)
     arch = scenario.architecture
     pre, rest = [], []
     for i, (st, dev, e) in enumerate(zip(scenario.stages, compute.devices, compute.expected)):

@@ -55,7 +55,7 @@ class Catalog:
             _set_dotted(data, path, value)
             _check_value(path, value, f"override {echo(path)}")
         for name, stack in data["stacks"].items():
-            _check_stack(name, stack)
+            check_stack(name, stack)
         for name, host in data["hosts"].items():
             _check_host(name, host, data["interconnects"])
         return cls(**data)
@@ -76,10 +76,17 @@ class Catalog:
     def _sections(self) -> dict:
         return {key: dict(getattr(self, key)) for key in CATALOG_FILES}
 
-    def constants(self, stack: str) -> dict:
-        """The model constants with the stack's on top: what the compute model, the engine and
-        the memory accounting read. A stack never repeats a model key (tests/test_stacks.py)."""
-        return {**self.model, **self.stacks[stack]}
+    def stack(self, scenario) -> dict:
+        """The scenario's training stack: its preset with the scenario's `pipeline.stack_options`
+        on top. The switches are the scenario's (a run's flags), the constants stay the preset's,
+        so a what-if or a fit of a preset constant reaches every scenario on that preset."""
+        return {**self.stacks[scenario.stack], **scenario.stack_options}
+
+    def constants(self, stack: str, options: Mapping[str, Any] | None = None) -> dict:
+        """The model constants with the stack's (and a scenario's switches) on top: what the
+        compute model, the engine and the memory accounting read. A stack never repeats a model
+        key (tests/test_stacks.py)."""
+        return {**self.model, **self.stacks[stack], **(options or {})}
 
 
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
@@ -209,7 +216,7 @@ def _check_value(path: str, value: Any, where: str) -> None:
         raise CatalogError(f"{where}: got {value!r}; expected a share of iterations, from 0 to 1")
 
 
-def _check_stack(name: str, stack: Mapping[str, Any]) -> None:
+def check_stack(name: str, stack: Mapping[str, Any]) -> None:
     """A stack names a known kernel, dispatch and recomputation, and carries the constants they read."""
     for key, choices in STACK_CHOICES.items():
         if stack.get(key) not in choices:
@@ -294,7 +301,7 @@ class Topology:
 
     def __init__(self, scenario, catalog: Catalog):
         self.devices: dict[str, DeviceParams] = {}
-        stack = catalog.stacks[scenario.stack]
+        stack = catalog.stack(scenario)
         self._gpu_link: dict[str, str] = {}
         for d in scenario.devices:
             # GPU physics, then what its host adds, then the stack's launch costs on this GPU,

@@ -66,7 +66,7 @@ def layer_activation_bytes(sc: Scenario, catalog: Catalog, tp: int = 1) -> float
     and gated FFNs in hops.model.architecture. Full recomputation stashes only the layer's input
     (2 s b h bytes in bf16, split t ways under sequence parallelism).
     """
-    arch, stack = sc.architecture, catalog.stacks[sc.stack]
+    arch, stack = sc.architecture, catalog.stack(sc)
     sp = bool(stack["sequence_parallel"])
     if stack["recompute"] == "full":
         return arch.seq_len * arch.hidden * catalog.model["bytes_per_element"][sc.precision] / (tp if sp else 1)

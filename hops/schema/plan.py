@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from hops.schema.fields import MAX_COUNT, Int, ListOf, Num, Section, Str
-from hops.schema.scenario import DEFAULT_STACK, SHARDINGS, ModelShape
+from hops.schema.fields import MAX_COUNT, Int, ListOf, Num, Section, Str, section_defaults
+from hops.schema.scenario import DEFAULT_STACK, SHARDINGS, ModelShape, StackOptionsModel
 
 
 class PoolModel(Section):
@@ -26,6 +26,7 @@ class TrainingModel(Section):
     global_batch: Int(gt=0, cap=10**7, description="samples (sequences) per optimizer step, all replicas")
     micro_batch_size: Int(gt=0, cap=MAX_COUNT) = 1
     stack: Str(description="a training-stack preset") = DEFAULT_STACK
+    stack_options: StackOptionsModel = section_defaults()  # as a scenario's pipeline.stack_options
     sharding: Str(SHARDINGS) = "none"
     data_parallel: Int(gt=0, cap=MAX_COUNT, description="fix the data-parallel degree; default: searched") | None \
         = None

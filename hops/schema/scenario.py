@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from hops.errors import echo
+from hops.model.hardware import STACK_CHOICES
 from hops.schema.failure import FailureModel
 from hops.schema.fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, DictOf, Int, ListOf, Num,
                      Section, Str, check_number, closed_mapping, fail, section_defaults, show)
@@ -186,6 +187,20 @@ class SimulationModel(Section):
     micro_batch_size: Int(gt=0, cap=MAX_COUNT) = 1
 
 
+class StackOptionsModel(Section):
+    """The training stack's switches as the run set them (Megatron's --recompute-granularity,
+    --sequence-parallel, --overlap-grad-reduce, ...), over the `stack` preset's; null keeps the
+    preset's. Constants (efficiencies, launch costs) stay the preset's: they are not a run's flags."""
+
+    attention: Str(STACK_CHOICES["attention"]) | None = None
+    dispatch: Str(STACK_CHOICES["dispatch"]) | None = None
+    recompute: Str(STACK_CHOICES["recompute"]) | None = None
+    p2p_overlap: Bool | None = None
+    tensor_parallel_overlap: Str(STACK_CHOICES["tensor_parallel_overlap"]) | None = None
+    sequence_parallel: Bool | None = None
+    dp_overlap_grad_reduce: Bool | None = None
+
+
 class PipelineModel(Section):
     schedule: Str(description="gpipe, 1f1b, zb_h1, zb_h2, zb_v (virtual_stages: 2), zb_1p, zb_2p, zb_auto "
                             "(the ZB paper's automatic scheduling; zb_auto's scheduler_options.memory_limit), "
@@ -198,6 +213,7 @@ class PipelineModel(Section):
     backward_split: BackwardSplitModel = section_defaults()
     model: ModelShape = section_defaults()
     stack: Str(description="a training-stack preset (hops/presets/stacks.yaml)") = DEFAULT_STACK
+    stack_options: StackOptionsModel = section_defaults()
     stages: Annotated[ListOf(StageModel), _nonempty("stages")]
     activation_mb: Num(gt=0) | None = None
     compute_jitter: Num(ge=0) = 0.0
