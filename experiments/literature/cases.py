@@ -31,6 +31,35 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """Another reading of something the source leaves open, as a change to every scenario of the
+    case: how far the prediction moves under it says how much the open assumption weighs."""
+
+    label: str
+    change: Callable[[dict], None]  # edits a scenario document in place
+
+
+def on_gpu(gpu: str, host: str) -> Callable[[dict], None]:
+    def change(doc: dict) -> None:
+        doc["hardware"]["host"] = host
+        for d in doc["hardware"]["devices"]:
+            d["gpu"] = gpu
+    return change
+
+
+def stack_option(**options) -> Callable[[dict], None]:
+    def change(doc: dict) -> None:
+        doc["pipeline"].setdefault("stack_options", {}).update(options)
+    return change
+
+
+def dp_sharding(sharding: str) -> Callable[[dict], None]:
+    def change(doc: dict) -> None:
+        doc["optimizer"]["data_parallel"]["sharding"] = sharding
+    return change
+
+
+@dataclass(frozen=True)
 class Case:
     name: str
     source: str
@@ -41,6 +70,7 @@ class Case:
     memory_gib: dict = field(default_factory=dict)  # schedule -> {device: published GiB}
     grid: tuple[str, ...] = ("",)  # an "up to" figure is the best ratio over these settings
     tokens_per_gpu: dict = field(default_factory=dict)  # schedule -> published tokens/s per GPU, where given
+    readings: tuple[Reading, ...] = ()  # other readings of what the source leaves open
 
 
 def cluster(p: int, *, gpu: str, host: str, model: dict, seq_len: int, micro_batch: int, microbatches: int,
@@ -124,7 +154,12 @@ CASES = (
                      "data parallelism: each stage's fp32 gradients ring-all-reduced over NVLink at the end of the "
                      "iteration (optimizer.data_parallel, no sharding, not overlapped: the stack's "
                      "dp_overlap_grad_reduce is false); whether the PR ran ZeRO-1 is not stated",
-                     "untied embeddings (InternLM-7B); default stack megatron_core (flash attention, async dispatch)")),
+                     "untied embeddings (InternLM-7B); default stack megatron_core (flash attention, async dispatch)",
+                     "activation recomputation: none (the PR does not say)"),
+        readings=(Reading("H800 on an HGX H800 node", on_gpu("h800", "hgx_h800")),
+                  Reading("ZeRO-1 over the two replicas", dp_sharding("zero1")),
+                  Reading("gradient reduction behind the last backward", stack_option(dp_overlap_grad_reduce=True)),
+                  Reading("full activation recomputation", stack_option(recompute="full")))),
     Case(
         name="torchtitan #773: Llama-3-8B, pp 8, interleaved",
         source="pytorch/torchtitan issue #773 (2024): interleaved 1F1B 304 tokens/s, interleaved zero bubble 339 "
@@ -153,7 +188,8 @@ CASES = (
                      "gradients, 16 B/param) or whether its figure is allocated or reserved memory",
                      "not counted: the LM-head stage's fp32 logits (s b V x 4 B, 0.49 GiB per microbatch here) "
                      "while a microbatch's loss awaits its backward; counting them would raise rank 7, where "
-                     "HOPS is already above the published figure")),
+                     "HOPS is already above the published figure"),
+        readings=(Reading("A100 80GB SXM on a DGX A100", on_gpu("a100", "dgx_a100")),)),
     Case(
         name="Zero Bubble paper: GPT 1.5B-28.3B on 8-32 A100",
         source="Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024: up to +23 % over 1F1B at similar memory, "
