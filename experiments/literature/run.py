@@ -16,14 +16,15 @@ GIB = 2 ** 30 / 1e6  # MB per GiB
 
 
 def metrics(summary: dict, timeline) -> dict:
-    """What the sources publish, from one run: throughput, the steady-state bubble against the
-    iteration's own work (ZB repository's definition: idle over 3m units of F + B + W), peak
-    activation memory and pipeline messages per iteration.
+    """What the sources publish, from one run: the steady-state throughput and bubble (ZB
+    repository's definition: idle over 3m units of F + B + W), peak activation memory and
+    pipeline messages per iteration.
 
-    The bubble's iteration time is the steady-state period: how far the last iteration's end
-    lies after the one before it. The repository's table is a steady state; an average over
-    the run would also count the first iteration's fill, which under post-validation (ZB-H2,
-    ZB-V) is paid once per run, not once per iteration. Under a flush (1F1B, ZB-H1) every
+    Both read the iteration time as the steady-state period: how far the last iteration's end
+    lies after the one before it. The sources measure steady training (the repository's table,
+    throughput logged over many iterations); an average over a short run would also count the
+    first iteration's fill, which under post-validation (ZB-H2, ZB-V, ZB-1p, ZB-2p) is paid
+    once per run, not once per iteration. Under a flush (1F1B, ZB-H1, interleaved) every
     iteration is alike and the period is the iteration time."""
     iters = int(np.max(timeline.iteration)) + 1
     comp = timeline.kind == "compute"
@@ -31,7 +32,8 @@ def metrics(summary: dict, timeline) -> dict:
     work = float((timeline.end_ms - timeline.start_ms)[comp].sum()) / devices / iters  # per device and iteration
     ends = [float(timeline.end_ms[comp & (timeline.iteration == k)].max()) for k in (iters - 2, iters - 1)]
     period = ends[1] - ends[0]
-    return {"throughput": summary["throughput"]["samples_per_s"], "bubble": (period - work) / work,
+    per_iteration = summary["throughput"]["samples_per_s"] / summary["throughput"]["iterations_per_s"]
+    return {"throughput": per_iteration / period * 1000.0, "bubble": (period - work) / work,
             "activation_memory": max(summary["peak_memory_mb"].values()),
             "pipeline_messages": float((timeline.kind == "transfer").sum()) / iters,
             "peak_memory_mb": summary["peak_memory_mb"]}
@@ -50,7 +52,7 @@ def simulate_case(case: Case, reading: Reading | None = None) -> dict:
             r = hops.simulate(doc)
             out[(sched, point)] = metrics(r.summary, r.timeline)
             if "model" in doc["pipeline"]:  # tokens per second per GPU of the pipeline
-                out[(sched, point)]["tokens_per_gpu"] = (r.summary["throughput"]["samples_per_s"]
+                out[(sched, point)]["tokens_per_gpu"] = (out[(sched, point)]["throughput"]
                                                          * doc["pipeline"]["model"]["seq_len"]
                                                          / len(doc["hardware"]["devices"]))
     return out

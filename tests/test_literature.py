@@ -1,0 +1,55 @@
+"""The literature benchmark measures what the sources publish: steady-state throughput, and
+the same ratios under other readings of what a source leaves open (each reruns every schedule
+of the case with its change; the printed range spans them and the case itself)."""
+import pytest
+
+import hops
+from experiments.literature.cases import CASES, on_gpu, unit_times
+from experiments.literature.run import metrics, run_case, spread
+
+INTERNEVO = next(c for c in CASES if c.name.startswith("InternEvo"))
+
+
+def test_a_reading_is_the_whole_case_rerun_with_its_change():
+    res = run_case(INTERNEVO)
+    alt = res["readings"]
+    assert list(alt.reading) == [r.label for r in INTERNEVO.readings]
+    runs = {}
+    for sched in ("1f1b", "zb_h1"):
+        doc = INTERNEVO.build(sched, "")
+        on_gpu("h800", "hgx_h800")(doc)
+        assert {d["gpu"] for d in doc["hardware"]["devices"]} == {"h800"}
+        r = hops.simulate(doc)
+        runs[sched] = metrics(r.summary, r.timeline)["throughput"]
+    h800 = alt[alt.reading == "H800 on an HGX H800 node"].predicted.item()
+    assert h800 == runs["zb_h1"] / runs["1f1b"]
+    assert h800 != res["table"].predicted.item()  # the reading moved the prediction
+
+
+def test_the_range_spans_the_case_and_every_reading():
+    res = run_case(INTERNEVO)
+    (sp,) = spread(res)
+    preds = [res["table"].predicted.item(), *res["readings"].predicted]
+    assert (sp["low"], sp["high"], sp["readings"]) == (min(preds), max(preds), len(INTERNEVO.readings) + 1)
+    assert sp["inside"] == (min(preds) <= 1.114 <= max(preds))
+    assert sp["ranking_kept"] == int(res["ranking_ok"]) + sum(p > 1.0 for p in res["readings"].predicted)
+
+
+def test_a_case_without_readings_prints_no_range():
+    case = next(c for c in CASES if c.name.startswith("ZB repository"))
+    res = run_case(case)
+    assert res["readings"] is None and spread(res) == []
+
+
+@pytest.mark.parametrize("schedule,post_validated", [("1f1b", False), ("zb_h2", True)])
+def test_throughput_is_the_steady_state_one_a_long_run_reaches(schedule, post_validated):
+    """Post-validation pays the first fill once per run: over a short run's average it would
+    weigh as if paid every few iterations. A flush pays it every iteration, so there the
+    steady state is the run's average."""
+    doc = unit_times(schedule)  # F = B = W = 1 ms, p 4, m 16: 48 ms of work per iteration
+    r = hops.simulate(doc)
+    steady = metrics(r.summary, r.timeline)["throughput"]
+    average = r.summary["throughput"]["samples_per_s"]
+    period_ms = {"1f1b": 48 + 3 * 3, "zb_h2": 48}[schedule]  # (p - 1)(F + B + W) flushed; 0 in steady state
+    assert steady == pytest.approx(16 / period_ms * 1000)
+    assert (steady > average * 1.01) == post_validated
