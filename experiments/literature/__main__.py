@@ -41,7 +41,7 @@ def main(argv=None) -> int:
             print(res["readings"].to_string(index=False))
             for sp in spread(res):
                 print(f"   {sp['schedule']} {sp['metric']}: HOPS {sp['low']:.3f}-{sp['high']:.3f} over the "
-                      f"assumptions above and these {sp['readings'] - 1}; published {sp['published']:.3f} "
+                      f"assumptions above and the {sp['readings'] - 1} other reading(s); published {sp['published']:.3f} "
                       f"{'inside' if sp['inside'] else 'outside'}; ranking kept in {sp['ranking_kept']} of "
                       f"{sp['readings']}")
     rows = [r for res in results for r in res["table"].to_dict("records")]

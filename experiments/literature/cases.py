@@ -53,6 +53,10 @@ def stack_option(**options) -> Callable[[dict], None]:
     return change
 
 
+def untied_embeddings(doc: dict) -> None:
+    doc["pipeline"]["model"]["tied_embeddings"] = False
+
+
 def dp_sharding(sharding: str) -> Callable[[dict], None]:
     def change(doc: dict) -> None:
         doc["optimizer"]["data_parallel"]["sharding"] = sharding
@@ -216,7 +220,8 @@ CASES = (
                      "arrived (HOPS tries waiting, running the other one if it ends first, and running whichever "
                      "arrives first, a third grid-searched hyperparameter), and the memory model: HOPS holds a "
                      "microbatch's activations until its W ends, while the paper frees all but M_W at B, so HOPS's "
-                     "limits are at least as tight as the paper's")),
+                     "limits are at least as tight as the paper's"),
+        readings=(Reading("untied embeddings (no first-last stage embedding sync)", untied_embeddings),)),
     Case(
         name="ZB repository table: F = B = W, p 4, m 16",
         source="sail-sg/zero-bubble-pipeline-parallelism README table: bubble (p-1)/m, (p-1)/3m, 0, 0; activation "
