@@ -14,7 +14,7 @@ from hops.model.hardware import Catalog, CatalogError, Topology, per_gpu
 from hops.provenance import model_fingerprint
 from hops.scenario import load_scenario
 
-GPU_PHYSICS = {"peak_tflops", "memory_bandwidth_gbps", "memory_gb", "l2_cache_mb", "mtbf_hours"}
+GPU_PHYSICS = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "memory_bandwidth_gbps", "memory_gb", "l2_cache_mb", "mtbf_hours"}
 
 
 def test_gpu_presets_keep_only_gpu_physics():
@@ -271,3 +271,23 @@ def test_a_stack_option_the_preset_cannot_take_is_a_one_line_error_naming_the_fi
     with pytest.raises(HopsError) as exc:
         load_scenario(d)
     assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("tf32,gpu_rate", [(False, "peak_tflops_fp32"), (True, "peak_tflops_tf32")])
+def test_an_fp32_runs_gemms_at_the_gpus_fp32_rate_or_with_tf32_matmul_at_its_tf32_rate(tf32, gpu_rate):
+    """bf16 GEMMs run on the tensor cores at peak_tflops; an fp32 run's at the FP32 units' rate
+    (PyTorch's default) or, with allow_tf32, at the TF32 tensor rate. On a GEMM-bound stage
+    (h 8192, s 512) the forward scales by the rates' ratio, up to the element-wise traffic that
+    fp32 doubles."""
+    gpu = Catalog.load().devices["h100_sxm"]
+    bf16 = arch_doc("megatron_core", seq=512, hidden=8192, heads=64)
+    fp32 = copy.deepcopy(bf16)
+    fp32["pipeline"].update(precision="fp32", stack_options={"tf32_matmul": tf32})
+    assert middle_forward(fp32) / middle_forward(bf16) == pytest.approx(gpu["peak_tflops"] / gpu[gpu_rate], rel=0.03)
+
+
+def test_tf32_matmul_leaves_a_bf16_run_alone():
+    bf16 = arch_doc("megatron_core", seq=512, hidden=8192, heads=64)
+    tf32 = copy.deepcopy(bf16)
+    tf32["pipeline"]["stack_options"] = {"tf32_matmul": True}
+    assert middle_forward(tf32) == middle_forward(bf16)

@@ -57,6 +57,10 @@ def untied_embeddings(doc: dict) -> None:
     doc["pipeline"]["model"]["tied_embeddings"] = False
 
 
+def fp32(doc: dict) -> None:
+    doc["pipeline"]["precision"] = "fp32"
+
+
 def dp_sharding(sharding: str) -> Callable[[dict], None]:
     def change(doc: dict) -> None:
         doc["optimizer"]["data_parallel"]["sharding"] = sharding
@@ -190,10 +194,14 @@ CASES = (
                      "state counted as Megatron's mixed precision (14 B/param: bf16 weights, fp32 master, m, v); "
                      "the issue does not say torchtitan's dtypes (without FSDP it keeps fp32 parameters and "
                      "gradients, 16 B/param) or whether its figure is allocated or reserved memory",
+                     "the fp32 reading below: torchtitan applied bf16 through FSDP's mixed-precision policy only "
+                     "(as recalled), which a pp-only run does not use, and PyTorch leaves allow_tf32 off for "
+                     "matmuls, so the GEMMs would run on the FP32 units",
                      "not counted: the LM-head stage's fp32 logits (s b V x 4 B, 0.49 GiB per microbatch here) "
                      "while a microbatch's loss awaits its backward; counting them would raise rank 7, where "
                      "HOPS is already above the published figure"),
-        readings=(Reading("A100 80GB SXM on a DGX A100", on_gpu("a100", "dgx_a100")),)),
+        readings=(Reading("A100 80GB SXM on a DGX A100", on_gpu("a100", "dgx_a100")),
+                  Reading("fp32 run (bf16 only came with FSDP; TF32 off)", fp32))),
     Case(
         name="Zero Bubble paper: GPT 1.5B-28.3B on 8-32 A100",
         source="Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024: up to +23 % over 1F1B at similar memory, "

@@ -81,9 +81,13 @@ def readings(case: Case) -> pd.DataFrame | None:
     for reading in case.readings:
         runs = simulate_case(case, reading)
         preds = [{"predicted": predicted(runs, case, row)[0]} for row in case.rows]
-        out += [{"reading": reading.label, "schedule": row.schedule, "metric": row.metric,
-                 "predicted": p["predicted"], "ranking_kept": ranking_ok(case, preds)}
-                for row, p in zip(case.rows, preds)]
+        for row, p in zip(case.rows, preds):
+            out.append({"reading": reading.label, "schedule": row.schedule, "metric": row.metric,
+                        "predicted": p["predicted"], "ranking_kept": ranking_ok(case, preds)})
+            if case.tokens_per_gpu or case.memory_gib:  # what else the source publishes, under this reading
+                run = runs[(row.schedule, case.grid[0])]
+                out[-1].update(tokens_per_s_per_gpu=round(run["tokens_per_gpu"]),
+                               peak_GiB=round(max(run["peak_memory_mb"].values()) / GIB, 2))
     return pd.DataFrame(out)
 
 

@@ -151,7 +151,7 @@ class ComputeModel:
             sd = dev.slowdown * share
             return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 
-        peak = dev.peak_tflops
+        peak = dev.peak(s.precision, bool(m["tf32_matmul"]))
         tp = st.tp  # a tensor-parallel group splits every GEMM, head and weight of the stage t ways
         t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share / tp
         t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps * share

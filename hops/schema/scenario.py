@@ -199,6 +199,7 @@ class StackOptionsModel(Section):
     tensor_parallel_overlap: Str(STACK_CHOICES["tensor_parallel_overlap"]) | None = None
     sequence_parallel: Bool | None = None
     dp_overlap_grad_reduce: Bool | None = None
+    tf32_matmul: Bool | None = None
 
 
 class PipelineModel(Section):
@@ -322,6 +323,8 @@ class OutputModel(Section):
 
 class DeviceOverrideModel(Section):
     peak_tflops: Num(gt=0) | None = None
+    peak_tflops_tf32: Num(gt=0) | None = None
+    peak_tflops_fp32: Num(gt=0) | None = None
     memory_bandwidth_gbps: Num(gt=0) | None = None
     memory_gb: Num(gt=0) | None = None
     launch_overhead_ms: Num(ge=0) | None = None
