@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ScenarioError("request", f"file not found: {args.request}")
         model, pools, tr = read_request(args.request)
         planner = Planner3D(model, pools, global_batch=tr.global_batch, micro_batch_size=tr.micro_batch_size,
-                            stack=tr.stack, stack_options={k: v for k, v in tr.stack_options if v is not None}, sharding=tr.sharding, cross_node=tr.cross_node,
+                            stack=tr.stack, stack_options={k: v for k, v in tr.stack_options if v is not None},
+                            sharding=tr.sharding, cross_node=tr.cross_node,
                             max_pipeline=tr.max_pipeline)
         result = planner.plan(schedules=tr.schedules, dp=tr.data_parallel, verify_top=args.top)
     except HopsError as exc:

@@ -14,12 +14,13 @@ from hops.model.hardware import Catalog, CatalogError, Topology, per_gpu
 from hops.provenance import model_fingerprint
 from hops.scenario import load_scenario
 
-GPU_PHYSICS = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "memory_bandwidth_gbps", "memory_gb", "l2_cache_mb", "mtbf_hours"}
+GPU_PHYSICS = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "memory_bandwidth_gbps",
+               "memory_gb", "l2_cache_mb", "mtbf_hours"}
 
 
-def test_gpu_presets_keep_only_gpu_physics():
+def test_gpu_presets_carry_gpu_physics_all_of_it_and_nothing_else():
     for name, preset in Catalog.load().devices.items():
-        assert set(preset) <= GPU_PHYSICS, name
+        assert set(preset) == GPU_PHYSICS, name  # each one whole: an fp32 run reads its FP32 and TF32 rates
 
 
 def test_a_stack_never_repeats_a_model_constant():

@@ -3,7 +3,8 @@
 Prints, per case, each published ratio (a schedule against the case's reference schedule),
 HOPS's ratio, their difference, whether the case's schedule ranking is preserved, the
 predicted peak memory next to any published one, and the same ratios under other readings of
-what the source leaves open (its GPUs, ZeRO, overlaps, recomputation), with their spread. `--markdown` prints the README table.
+what the source leaves open (its GPUs, ZeRO, overlaps, recomputation, precision), with their
+spread. `--markdown` prints the README table.
 Targets (issue 21): every predicted ratio within +-5 % of the published one, rankings kept.
 """
 from __future__ import annotations
@@ -41,9 +42,9 @@ def main(argv=None) -> int:
             print(res["readings"].to_string(index=False))
             for sp in spread(res):
                 print(f"   {sp['schedule']} {sp['metric']}: HOPS {sp['low']:.3f}-{sp['high']:.3f} over the "
-                      f"assumptions above and the {sp['readings'] - 1} other reading(s); published {sp['published']:.3f} "
-                      f"{'inside' if sp['inside'] else 'outside'}; ranking kept in {sp['ranking_kept']} of "
-                      f"{sp['readings']}")
+                      f"assumptions above and the {sp['readings'] - 1} other reading(s); published "
+                      f"{sp['published']:.3f} {'inside' if sp['inside'] else 'outside'}; ranking kept in "
+                      f"{sp['ranking_kept']} of {sp['readings']}")
     rows = [r for res in results for r in res["table"].to_dict("records")]
     met = sum(within(r) for r in rows)
     print(f"\n{met} of {len(rows)} published figures within +-{TOLERANCE:.0%} (a published 0: predicted 0.000); rankings preserved in "

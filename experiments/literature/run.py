@@ -195,7 +195,8 @@ def markdown(results: list[dict]) -> str:
                              f"{m['published_GiB']:.2f} | {m['predicted_GiB']:.2f} | {m['error_%']:+.1f} % | |")
         for sp in spread(res):  # context, not a target: what the source's open assumptions weigh
             lines.append(f"| {case.name} | {sp['schedule']} | {sp['metric']}: range over the assumptions above and "
-                         f"{sp['readings'] - 1} other reading(s) of what the source leaves open | {sp['published']:.3f} | {sp['low']:.3f}-{sp['high']:.3f} | "
+                         f"{sp['readings'] - 1} other reading(s) of what the source leaves open | "
+                         f"{sp['published']:.3f} | {sp['low']:.3f}-{sp['high']:.3f} | "
                          f"{'inside' if sp['inside'] else 'outside'} the range | {sp['ranking_kept']} of "
                          f"{sp['readings']} |")
         if res["operating_point"] is not None:  # context, not a target: see operating_point

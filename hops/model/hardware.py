@@ -195,7 +195,8 @@ def dotted_items(tree: Any, *, keep_empty: bool = True) -> dict[str, Any]:
 # Bounds every catalog value must meet, preset or override: finite, >= 0, and > 0 where the
 # model divides by it or a zero means "no hardware" (k_floor_ms=-5 or bandwidth_gbps=0 would
 # otherwise divide by zero or simulate negative time).
-POSITIVE = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours", "bandwidth_gbps", "host_network_gbps",
+POSITIVE = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours",
+            "bandwidth_gbps", "host_network_gbps",
             "same_type_allreduce_gbps", "same_type_stall_ms",
             "compute_time_coefficient", "flops_per_layer_token_coeff", "vocab_size", "bf16", "fp16", "fp32"}
 SHARE = {"same_type_stall_rate"}  # shares of iterations: at most 1
@@ -269,7 +270,7 @@ class DeviceParams:
     same_type_stall_ms: float | None = None  # iteration-end stall when the final exchanges join two such hosts
     same_type_stall_rate: float = 0.0  # ... and the share of iterations it hits
     peak_tflops_tf32: float = 0.0  # what an fp32 run's GEMMs reach with TF32 ...
-    peak_tflops_fp32: float = 0.0  # ... and without (0: not given)
+    peak_tflops_fp32: float = 0.0  # ... and without (every device preset gives both)
 
     def peak(self, precision: str, tf32: bool) -> float:
         """The GEMM rate at the run's precision: an fp32 run without TF32 gets no tensor cores."""
@@ -335,7 +336,8 @@ class Topology:
                 k_floor_backward_ms=_opt_float(params.get("k_floor_backward_ms")),
                 same_type_stall_ms=_opt_float(params.get("same_type_stall_ms")),
                 same_type_stall_rate=float(params.get("same_type_stall_rate", 0.0)),
-                peak_tflops_tf32=float(params["peak_tflops_tf32"]), peak_tflops_fp32=float(params["peak_tflops_fp32"]))
+                peak_tflops_tf32=float(params["peak_tflops_tf32"]),
+                peak_tflops_fp32=float(params["peak_tflops_fp32"]))
         self._catalog = catalog
         self._same, self._cross = scenario.same_node, scenario.cross_node
         self._explicit: dict[tuple[str, str], dict] = {}
