@@ -104,7 +104,8 @@ load 0.4-1.0: 7.50 s -> 6.49 s wall (median; the child's run shorter in all 8 pa
 Re-measured 2026-12-04 14:00, `--large-only --repeats 5` on the tree with pipeline.stack_options
 and the fp32 rates (a merge of the stack's switches per lookup; no other change on this path),
 load 1.0-1.2: simulate 4.12 s; paired: plots off 1.70x [1.65-1.96], plots on 2.01x
-[1.84-2.13], drawn in turn 2.16x [2.06-2.36]. Earlier that day on 8dccea3, `--repeats 3` at
+[1.84-2.13], drawn in turn 2.16x [2.06-2.36]; again at 14:28 (load 0.2 at the start, 1.0 at
+the end): plots off 1.69x [1.68-1.79], plots on 2.08x [1.83-2.18], in turn 2.17x. Earlier that day on 8dccea3, `--repeats 3` at
 load 0.6-0.8: plots off 1.61x [1.60-1.78], plots on 1.91x [1.77-1.92], in turn 2.15x. With
 plots the run sits at the 2x line: of the child's ~2 s, matplotlib's import is 0.34 s and the
 dashboard's 350-odd text draws at PP64 about half of its 0.9 s. `--cold-only` then: first
