@@ -53,3 +53,17 @@ def test_throughput_is_the_steady_state_one_a_long_run_reaches(schedule, post_va
     period_ms = {"1f1b": 48 + 3 * 3, "zb_h2": 48}[schedule]  # (p - 1)(F + B + W) flushed; 0 in steady state
     assert steady == pytest.approx(16 / period_ms * 1000)
     assert (steady > average * 1.01) == post_validated
+
+
+@pytest.mark.parametrize("f,b,w", [(1, 1, 1), (1, 1.5, 0.8), (1, 1.2, 1.0), (1, 2, 0.5), (1.5, 1, 1)])
+def test_1f1b_and_zb_h1_bubbles_are_the_deepseek_v3_tables_formulas_at_unequal_times(f, b, w):
+    """DeepSeek-V3 report, Table 2: (PP-1)(F+B) and (PP-1)(F+B-2W) per iteration, B the full
+    backward (here b + w); ZB-1p at 1F1B's memory is never worse than its handcrafted ZB-H1."""
+    p, m = 4, 16
+    bubble = {}
+    for schedule in ("1f1b", "zb_h1", "zb_1p"):
+        r = hops.simulate(unit_times(schedule, p=p, m=m, f=f, b=b, w=w))
+        bubble[schedule] = metrics(r.summary, r.timeline)["bubble"] * m * (f + b + w)  # ms per iteration
+    assert bubble["1f1b"] == pytest.approx((p - 1) * (f + b + w))
+    assert bubble["zb_h1"] == pytest.approx((p - 1) * (f + b + w - 2 * w))
+    assert bubble["zb_1p"] <= bubble["zb_h1"] + 1e-9

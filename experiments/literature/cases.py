@@ -131,11 +131,13 @@ def zb_paper(schedule: str, which: str) -> dict:
                    post_validation=schedule in POST_VALIDATED)
 
 
-def unit_times(schedule: str, _: str = "", p: int = 4, m: int = 16) -> dict:
-    """F = B = W = 1 ms on every stage, free links, no optimizer: the ZB repository table's setting."""
+def unit_times(schedule: str, _: str = "", p: int = 4, m: int = 16, f: float = 1.0, b: float = 1.0,
+               w: float = 1.0) -> dict:
+    """F, B (input gradient) and W of f, b and w ms on every stage (1 each: the ZB repository
+    table's setting), free links, no optimizer."""
     v = 2 if schedule == "zb_v" else 1  # ZB-V's two chunks per stage each take half: 1/2 ms per pass
-    comp = {"mode": "distribution", "forward": {"kind": "constant", "ms": 1.0},
-            "backward_b": {"kind": "constant", "ms": 1.0}, "backward_w": {"kind": "constant", "ms": 1.0}}
+    comp = {"mode": "distribution", "forward": {"kind": "constant", "ms": f},
+            "backward_b": {"kind": "constant", "ms": b}, "backward_w": {"kind": "constant", "ms": w}}
     return {
         "simulation": {"batches": 6, "microbatches": m, "seed": 0},
         "pipeline": {"schedule": schedule, "virtual_stages": v, "activation_mb": 1.0, "host_overhead":
@@ -149,6 +151,20 @@ def unit_times(schedule: str, _: str = "", p: int = 4, m: int = 16) -> dict:
         # cross-stage barrier would block
         "optimizer": {"enabled": False, "post_validation": schedule in POST_VALIDATED},
     }
+
+
+# DeepSeek-V3 case: F, the input-gradient part of B and W, in ms (B = 2.3 in the report's notation)
+DS_F, DS_B, DS_W, DS_P, DS_M = 1.0, 1.5, 0.8, 4, 16
+
+
+def unequal_times(schedule: str, _: str = "") -> dict:
+    return unit_times(schedule, p=DS_P, m=DS_M, f=DS_F, b=DS_B, w=DS_W)
+
+
+def deepseek_bubble(bubble_time: float) -> float:
+    """A per-iteration bubble time of the report's table as the benchmark's bubble: over the
+    iteration's own work, m (F + B + W)."""
+    return bubble_time / (DS_M * (DS_F + DS_B + DS_W))
 
 
 CASES = (
@@ -254,4 +270,26 @@ CASES = (
                      "activation memory: the peak of the stage holding most (1000 MB per microbatch and stage)",
                      "ZB-H2's published 2x is the rounded, large-p figure: the ZB paper's Table 1 gives its peak as "
                      "(2p-1) M_B against 1F1B's p M_B, 1.75x at p 4; the error column is against the published 2x")),
+    Case(
+        name="DeepSeek-V3 report, Table 2: bubbles at unequal F, B, W (p 4, m 16)",
+        source="DeepSeek-AI, DeepSeek-V3 Technical Report (2024), Table 2: pipeline bubble (PP-1)(F+B) for 1F1B and "
+               "(PP-1)(F+B-2W) for ZB1P, B being the full backward (input and weight gradients); activation "
+               "memory PP for both",
+        reference="1f1b",
+        rows=(Row("1f1b", deepseek_bubble((DS_P - 1) * (DS_F + DS_B + DS_W)), "bubble", "(PP-1)(F+B)"),
+              Row("zb_h1", deepseek_bubble((DS_P - 1) * (DS_F + DS_B + DS_W - 2 * DS_W)), "bubble",
+                  "(PP-1)(F+B-2W)"),
+              Row("zb_1p", deepseek_bubble((DS_P - 1) * (DS_F + DS_B + DS_W - 2 * DS_W)), "bubble",
+                  "(PP-1)(F+B-2W)")),
+        build=unequal_times,
+        assumptions=(f"F = {DS_F:g}, input gradient {DS_B:g} and W = {DS_W:g} ms (B = {DS_B + DS_W:g} in the "
+                     "report's notation) on every stage, free links: the table is symbolic; these times are unequal so "
+                     "that its W term shows (tests/test_literature.py checks both formulas at five such triples)",
+                     "bubble as in the ZB repository case: (period - work) / work per iteration, the period read "
+                     "in the steady state, work = m (F + B + W); the table's bubble time divided by that work",
+                     "ZB1P is the ZB paper's ZB-1p: HOPS's zb_1p (automatic, at 1F1B's memory) and zb_h1, its "
+                     "handcrafted order at that memory, both listed",
+                     "not run: the table's DualPipe row, (PP/2-1)(F&B+B-3W) at twice the parameters and PP+1 "
+                     "activations; HOPS has no DualPipe schedule and no model of a forward and a backward chunk "
+                     "overlapped on one GPU")),
 )
