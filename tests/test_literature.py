@@ -67,3 +67,16 @@ def test_1f1b_and_zb_h1_bubbles_are_the_deepseek_v3_tables_formulas_at_unequal_t
     assert bubble["1f1b"] == pytest.approx((p - 1) * (f + b + w))
     assert bubble["zb_h1"] == pytest.approx((p - 1) * (f + b + w - 2 * w))
     assert bubble["zb_1p"] <= bubble["zb_h1"] + 1e-9
+
+
+@pytest.mark.parametrize("v", [1, 2, 4])
+def test_interleaved_1f1b_bubble_and_messages_are_megatrons_at_unit_times(v):
+    """Narayanan et al. (SC21), sec. 2.2: v chunks per device cut the bubble to (p-1)/(vm); each
+    microbatch then crosses vp - 1 chunk boundaries each way instead of p - 1."""
+    p, m = 4, 16
+    doc = unit_times("1f1b" if v == 1 else "interleaved_1f1b", p=p, m=m)
+    doc["pipeline"]["virtual_stages"] = v
+    r = hops.simulate(doc)
+    got = metrics(r.summary, r.timeline)
+    assert got["bubble"] == pytest.approx((p - 1) / (v * m))
+    assert got["pipeline_messages"] == 2 * m * (v * p - 1)

@@ -153,6 +153,13 @@ def unit_times(schedule: str, _: str = "", p: int = 4, m: int = 16, f: float = 1
     }
 
 
+def interleaved_unit_times(schedule: str, _: str = "") -> dict:
+    """The ZB table's unit times with Megatron's two model chunks per stage for interleaved 1F1B."""
+    doc = unit_times(schedule)
+    doc["pipeline"]["virtual_stages"] = 2 if schedule == "interleaved_1f1b" else 1
+    return doc
+
+
 # DeepSeek-V3 case: F, the input-gradient part of B and W, in ms (B = 2.3 in the report's notation)
 DS_F, DS_B, DS_W, DS_P, DS_M = 1.0, 1.5, 0.8, 4, 16
 
@@ -270,6 +277,19 @@ CASES = (
                      "activation memory: the peak of the stage holding most (1000 MB per microbatch and stage)",
                      "ZB-H2's published 2x is the rounded, large-p figure: the ZB paper's Table 1 gives its peak as "
                      "(2p-1) M_B against 1F1B's p M_B, 1.75x at p 4; the error column is against the published 2x")),
+    Case(
+        name="Megatron-LM interleaved schedule: unit times, p 4, m 16, v 2",
+        source="Narayanan et al., Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM, "
+               "SC21, sec. 2.2: bubble time fraction (p-1)/m for 1F1B, (p-1)/(vm) with v model chunks per device",
+        reference="1f1b",
+        rows=(Row("1f1b", 3 / 16, "bubble", "(p-1)/m"), Row("interleaved_1f1b", 3 / 32, "bubble", "(p-1)/(vm)")),
+        build=interleaved_unit_times,
+        assumptions=("the ZB table's unit times (F 1 ms; B and W 1 ms each, run fused: the paper's backward is "
+                     "one pass of twice the forward), free links; bubble as in that case, over m (F + B + W)",
+                     "v = 2 chunks of half a stage each on every device, Megatron's order (m a multiple of p); "
+                     "tests/test_literature.py also checks v = 4",
+                     "not a row: the paper's 'communication increases by v', an approximation; HOPS counts "
+                     "2m(vp - 1) messages per iteration against 1F1B's 2m(p - 1), 2.33x at v 2 and p 4")),
     Case(
         name="DeepSeek-V3 report, Table 2: bubbles at unequal F, B, W (p 4, m 16)",
         source="DeepSeek-AI, DeepSeek-V3 Technical Report (2024), Table 2: pipeline bubble (PP-1)(F+B) for 1F1B and "
