@@ -81,9 +81,10 @@ def readings(case: Case) -> pd.DataFrame | None:
     for reading in case.readings:
         runs = simulate_case(case, reading)
         preds = [{"predicted": predicted(runs, case, row)[0]} for row in case.rows]
+        kept = ranking_ok(case, preds)
         for row, p in zip(case.rows, preds):
             out.append({"reading": reading.label, "schedule": row.schedule, "metric": row.metric,
-                        "predicted": p["predicted"], "ranking_kept": ranking_ok(case, preds)})
+                        "predicted": p["predicted"], "ranking_kept": kept})
             if case.tokens_per_gpu or case.memory_gib:  # what else the source publishes, under this reading
                 run = runs[(row.schedule, case.grid[0])]
                 out[-1].update(tokens_per_s_per_gpu=round(run["tokens_per_gpu"]),

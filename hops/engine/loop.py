@@ -360,7 +360,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         return [0.0] * scenario.n_stages
     if scenario.optimizer_step_ms is not None:
         return list(scenario.optimizer_step_ms)
-    m = catalog.constants(scenario.stack, scenario.stack_options)
+    m = catalog.scenario_constants(scenario)
     arch = scenario.architecture
     pre, rest = [], []
     for i, (st, dev, e) in enumerate(zip(scenario.stages, compute.devices, compute.expected)):

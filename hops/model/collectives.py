@@ -83,7 +83,7 @@ def data_parallel_ms(scenario, catalog, topology, backward_ms=None, forward_ms=N
     d, p = scenario.dp_degree, scenario.n_stages
     if d <= 1 or not scenario.optimizer_enabled:
         return [0.0] * p
-    m = catalog.constants(scenario.stack, scenario.stack_options)
+    m = catalog.scenario_constants(scenario)
     nbytes = m["bytes_per_element"][scenario.precision]
     overlap = bool(m["dp_overlap_grad_reduce"])
     out = []

@@ -132,7 +132,7 @@ class ComputeModel:
 
     def __init__(self, scenario: Scenario, topology, catalog):
         self.scenario = scenario
-        self.model = catalog.constants(scenario.stack, scenario.stack_options)
+        self.model = catalog.scenario_constants(scenario)
         self.devices = [topology.devices[s.device] for s in scenario.stages]
         self.topology = topology
         self.expected = [self._expected(i) for i in range(scenario.n_stages)]

@@ -83,11 +83,15 @@ class Catalog:
         so a what-if or a fit of a preset constant reaches every scenario on that preset."""
         return {**self.stacks[scenario.stack], **scenario.stack_options}
 
-    def constants(self, stack: str, options: Mapping[str, Any] | None = None) -> dict:
-        """The model constants with the stack's (and a scenario's switches) on top: what the
-        compute model, the engine and the memory accounting read. A stack never repeats a model
-        key (tests/test_stacks.py)."""
-        return {**self.model, **self.stacks[stack], **(options or {})}
+    def constants(self, stack: str) -> dict:
+        """The model constants with the stack preset's on top. A stack never repeats a model key
+        (tests/test_stacks.py)."""
+        return {**self.model, **self.stacks[stack]}
+
+    def scenario_constants(self, scenario) -> dict:
+        """What the compute model, the engine and the memory accounting read for a scenario: the
+        model constants with its stack (switches included, `stack`) on top."""
+        return {**self.model, **self.stack(scenario)}
 
 
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
@@ -257,6 +261,8 @@ class DeviceParams:
     gpu: str
     node: str
     peak_tflops: float  # dense bf16 / fp16 tensor rate
+    peak_tflops_tf32: float  # what an fp32 run's GEMMs reach with TF32 ...
+    peak_tflops_fp32: float  # ... and without
     memory_bandwidth_gbps: float
     memory_gb: float
     launch_overhead_ms: float
@@ -269,8 +275,6 @@ class DeviceParams:
     k_floor_backward_ms: float | None = None  # ... backward
     same_type_stall_ms: float | None = None  # iteration-end stall when the final exchanges join two such hosts
     same_type_stall_rate: float = 0.0  # ... and the share of iterations it hits
-    peak_tflops_tf32: float = 0.0  # what an fp32 run's GEMMs reach with TF32 ...
-    peak_tflops_fp32: float = 0.0  # ... and without (every device preset gives both)
 
     def peak(self, precision: str, tf32: bool) -> float:
         """The GEMM rate at the run's precision: an fp32 run without TF32 gets no tensor cores."""
@@ -327,6 +331,7 @@ class Topology:
             params.update(scenario.device_overrides.get(d.id, {}))
             self.devices[d.id] = DeviceParams(
                 id=d.id, gpu=d.gpu, node=d.node, peak_tflops=float(params["peak_tflops"]),
+                peak_tflops_tf32=float(params["peak_tflops_tf32"]), peak_tflops_fp32=float(params["peak_tflops_fp32"]),
                 memory_bandwidth_gbps=float(params["memory_bandwidth_gbps"]), memory_gb=float(params["memory_gb"]),
                 launch_overhead_ms=float(params["launch_overhead_ms"]), mtbf_hours=float(params["mtbf_hours"]),
                 slowdown=float(params.get("slowdown", 1.0)), l2_cache_mb=float(params.get("l2_cache_mb", 0.0)),
@@ -335,9 +340,7 @@ class Topology:
                 k_floor_ms=_opt_float(params.get("k_floor_ms")),
                 k_floor_backward_ms=_opt_float(params.get("k_floor_backward_ms")),
                 same_type_stall_ms=_opt_float(params.get("same_type_stall_ms")),
-                same_type_stall_rate=float(params.get("same_type_stall_rate", 0.0)),
-                peak_tflops_tf32=float(params["peak_tflops_tf32"]),
-                peak_tflops_fp32=float(params["peak_tflops_fp32"]))
+                same_type_stall_rate=float(params.get("same_type_stall_rate", 0.0)))
         self._catalog = catalog
         self._same, self._cross = scenario.same_node, scenario.cross_node
         self._explicit: dict[tuple[str, str], dict] = {}
