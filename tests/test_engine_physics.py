@@ -1,4 +1,6 @@
 """The engine reproduces textbook pipeline arithmetic exactly when times are constant."""
+import copy
+
 import pytest
 
 import hops
@@ -29,9 +31,27 @@ def test_gpipe_with_blocking_sends_pays_a_hop_after_every_pass_that_sends(p, m, 
     stage 0 emits forward i at (i + 1)(f + c), the last stage's backwards start after
     (m + p - 2)(f + c) + f and reach stage 0 after m + p - 2 more (b + c), which then runs its last b."""
     f, b = 2.0, 4.0
-    assert not Catalog.load().stacks["megatron_core"]["p2p_overlap"], "the default stack's sends block"
+    assert Catalog.load().stacks["megatron_core"]["p2p_overlap"] == "interleaved", "one chunk: the sends block"
     s = hops.simulate(pipeline(p, m, f=f, b=b, schedule="gpipe", hop_ms=c)).summary
     assert s["makespan_ms"] == pytest.approx((m + p - 1) * (f + b) + 2 * (m + p - 2) * c, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule,virtual,overlapped", [("1f1b", 1, False), ("interleaved_1f1b", 2, True),
+                                                        ("zb_v", 2, True), ("zb_h1", 1, False)])
+def test_megatron_core_overlaps_p2p_only_when_a_device_runs_several_chunks(schedule, virtual, overlapped):
+    """Megatron's default (`p2p_overlap: interleaved`): the interleaved schedule overlaps its sends
+    with the next chunk, the one-chunk schedules wait for theirs."""
+    d = pipeline(4, 8, schedule=schedule, hop_ms=0.5, split=0.5)
+    d["pipeline"]["virtual_stages"] = virtual
+    if schedule == "zb_v":
+        d["optimizer"]["post_validation"] = True
+    runs = {}
+    for option in (None, False, True):
+        doc = copy.deepcopy(d)
+        doc["pipeline"]["stack_options"] = {"p2p_overlap": option}
+        runs[option] = hops.simulate(doc).summary["makespan_ms"]
+    assert runs[None] == runs[overlapped]
+    assert runs[True] < runs[False]
 
 
 def test_throughput_counts_microbatches_over_the_window():

@@ -265,6 +265,8 @@ def test_null_stack_options_keep_the_presets_switches():
                                "override can add it, or pick a stack that has it)"),
     ({"recompute": "most"}, "pipeline.stack_options.recompute: got 'most'; expected one of none, selective, full"),
     ({"compute_time_coefficient": 1.0}, "pipeline.stack_options.compute_time_coefficient: unknown key"),
+    ({"p2p_overlap": "yes"}, "pipeline.stack_options.p2p_overlap: got 'yes'; expected one of false, true, interleaved"),
+    ({"p2p_overlap": 1}, "pipeline.stack_options.p2p_overlap: got 1; expected one of false, true, interleaved"),
 ])
 def test_a_stack_option_the_preset_cannot_take_is_a_one_line_error_naming_the_field(options, message):
     d = arch_doc("megatron_core")

@@ -83,7 +83,7 @@ class Case:
 
 def cluster(p: int, *, gpu: str, host: str, model: dict, seq_len: int, micro_batch: int, microbatches: int,
             schedule: str, layers: int | str, dp: int = 1, dp_link: str | None = None, virtual: int = 1,
-            post_validation: bool = False, options: dict | None = None) -> dict:
+            post_validation: bool = False, options: dict | None = None, stack_options: dict | None = None) -> dict:
     """p pipeline stages on p GPUs, 8 to a host, 3 iterations with the Adam step; the stack is
     the default one (megatron_core)."""
     opt = {"enabled": True, "post_validation": post_validation}
@@ -92,7 +92,7 @@ def cluster(p: int, *, gpu: str, host: str, model: dict, seq_len: int, micro_bat
     return {
         "simulation": {"batches": 3, "microbatches": microbatches, "micro_batch_size": micro_batch, "seed": 0},
         "pipeline": {"schedule": schedule, "virtual_stages": virtual, "model": {**model, "seq_len": seq_len},
-                     "scheduler_options": options or {},
+                     "scheduler_options": options or {}, "stack_options": stack_options or {},
                      "stages": [{"device": f"gpu{i}", "layers": layers} for i in range(p)]},
         "hardware": {"host": host, "devices": [{"id": f"gpu{i}", "gpu": gpu, "node": f"node{i // 8}"}
                                                for i in range(p)],
@@ -108,7 +108,7 @@ def internevo(schedule: str, _: str = "") -> dict:
 
 def torchtitan(schedule: str, _: str = "") -> dict:
     return cluster(8, gpu="h100_sxm", host="dgx_h100", model=LLAMA3_8B, seq_len=512, micro_batch=2, microbatches=8,
-                   schedule=schedule, layers=4, virtual=2,
+                   schedule=schedule, layers=4, virtual=2, stack_options={"p2p_overlap": False},
                    options={"warmup": "pytorch"} if schedule == "interleaved_1f1b" else None)
 
 
@@ -210,6 +210,9 @@ CASES = (
                      "torch.distributed.pipelining's ScheduleInterleavedZeroBubble order as recalled from its "
                      "source, not re-read here: (v-1)p + (p-1-d) warm-up forwards, B and W apart, device d's W's d "
                      "steps late, so every rank holds 16 chunk activations",
+                     "p2p not overlapped (stack_options p2p_overlap: false, where megatron_core's interleaved "
+                     "schedule overlaps it): torch.distributed.pipelining waits for each step's batched sends and "
+                     "receives before its next action (as recalled from its source, not re-read here)",
                      "the published tokens/s are per GPU: torchtitan's logged throughput divides by the "
                      "pipeline's GPUs (as recalled); if they were the pipeline's total, HOPS's absolute "
                      "over-prediction below would be 8 times larger",

@@ -42,7 +42,7 @@ from hops.model.compute import ComputeModel, chunk_times, draw, lognormal_unit, 
 from hops.engine.events import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration,
                           end_iteration_post_validated)
 from hops.errors import HopsError, ScenarioError
-from hops.model.hardware import Catalog, Topology
+from hops.model.hardware import Catalog, Topology, p2p_overlaps
 from hops.model.memory import memory_summary
 from hops.schedulers import PipelineMeta, Scheduler, resolve_scheduler
 from hops.timeline import Timeline
@@ -291,7 +291,7 @@ def lay_out(ctx: _Context, placement) -> Placed:
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
         post_validation=sc.post_validation, iterations=sc.batches,
-        blocking_send=not ctx.catalog.stack(sc)["p2p_overlap"],
+        blocking_send=not p2p_overlaps(ctx.catalog.stack(sc), p // sc.n_stages),
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),

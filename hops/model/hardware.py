@@ -28,6 +28,7 @@ CATALOG_FILES = {"devices": "devices.yaml", "interconnects": "interconnects.yaml
 # What a stack's choice keys may say (stacks.yaml explains each).
 STACK_CHOICES = {"attention": ("unfused", "flash"), "dispatch": ("sync_launch", "async"),
                  "recompute": ("none", "selective", "full"), "tensor_parallel_overlap": ("none", "backward", "all"),
+                 "p2p_overlap": (False, True, "interleaved"),
                  "sequence_parallel": (False, True), "dp_overlap_grad_reduce": (False, True),
                  "tf32_matmul": (False, True)}
 FLASH_KEYS = ("flash_efficiency_forward", "flash_efficiency_backward", "flash_backward_flop_factor",
@@ -222,10 +223,22 @@ def _check_value(path: str, value: Any, where: str) -> None:
         raise CatalogError(f"{where}: got {value!r}; expected a share of iterations, from 0 to 1")
 
 
+def is_choice(value: Any, choices: tuple) -> bool:
+    """Membership by type and value: 1 is not true, nor "true" true."""
+    return any(type(value) is type(c) and value == c for c in choices)
+
+
+def p2p_overlaps(stack: Mapping[str, Any], virtual_stages: int) -> bool:
+    """Whether a stage's p2p sends overlap its next op: always, never, or (`interleaved`, Megatron's
+    default) only when each device runs more than one chunk."""
+    overlap = stack["p2p_overlap"]
+    return overlap is True or (overlap == "interleaved" and virtual_stages > 1)
+
+
 def check_stack(name: str, stack: Mapping[str, Any]) -> None:
     """A stack names a known kernel, dispatch and recomputation, and carries the constants they read."""
     for key, choices in STACK_CHOICES.items():
-        if stack.get(key) not in choices:
+        if not is_choice(stack.get(key), choices):
             raise CatalogError(f"stacks.{name}.{key}: got {stack.get(key)!r}; expected one of {', '.join(choices)}")
     needed = FLASH_KEYS if stack["attention"] == "flash" else UNFUSED_KEYS
     for key in (*needed, *PER_GPU_KEYS[:2]):

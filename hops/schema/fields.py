@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from hops.errors import ECHO_CHARS, echo
+from hops.model.hardware import is_choice
 
 # Sizes above these are refused up front (docs/legacy_scenarios.md#bounds): they are far
 # beyond any real job, and values like 1e300 or 1e9 microbatches would otherwise overflow
@@ -121,6 +122,18 @@ def Str(choices: tuple[str, ...] | None = None, *, nonempty=False, description: 
         schema["description"] = description
     return Annotated[str, BeforeValidator(lambda v: check_str(v, choices, nonempty=nonempty)),
                      WithJsonSchema(schema)]
+
+
+def Choice(choices: tuple, *, description: str | None = None):
+    """One of a few values that mix true/false with names (`p2p_overlap: interleaved`)."""
+    def check(v):
+        if not is_choice(v, choices):
+            raise fail(f"got {show(v)}; expected one of {', '.join(str(c).lower() if isinstance(c, bool) else c for c in choices)}")
+        return v
+    schema: dict = {"enum": list(choices)}
+    if description:
+        schema["description"] = description
+    return Annotated[Union[bool, str], BeforeValidator(check), WithJsonSchema(schema)]
 
 
 def _check_bool(v: Any):

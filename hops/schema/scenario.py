@@ -15,8 +15,8 @@ from pydantic_core import PydanticCustomError
 from hops.errors import echo
 from hops.model.hardware import STACK_CHOICES
 from hops.schema.failure import FailureModel
-from hops.schema.fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, DictOf, Int, ListOf, Num,
-                     Section, Str, check_number, closed_mapping, fail, section_defaults, show)
+from hops.schema.fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, Choice, DictOf, Int,
+                                ListOf, Num, Section, Str, check_number, closed_mapping, fail, section_defaults, show)
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 SHARDINGS = ("none", "zero1", "fsdp")
@@ -195,7 +195,7 @@ class StackOptionsModel(Section):
     attention: Str(STACK_CHOICES["attention"]) | None = None
     dispatch: Str(STACK_CHOICES["dispatch"]) | None = None
     recompute: Str(STACK_CHOICES["recompute"]) | None = None
-    p2p_overlap: Bool | None = None
+    p2p_overlap: Choice(STACK_CHOICES["p2p_overlap"]) | None = None
     tensor_parallel_overlap: Str(STACK_CHOICES["tensor_parallel_overlap"]) | None = None
     sequence_parallel: Bool | None = None
     dp_overlap_grad_reduce: Bool | None = None
