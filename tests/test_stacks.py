@@ -294,3 +294,21 @@ def test_tf32_matmul_leaves_a_bf16_run_alone():
     tf32 = copy.deepcopy(bf16)
     tf32["pipeline"]["stack_options"] = {"tf32_matmul": True}
     assert middle_forward(tf32) == middle_forward(bf16)
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_sequence_parallel_ranks_send_their_shard_of_the_activation(tp):
+    """Without sequence parallelism each tensor-parallel rank sends the whole s x b x h activation
+    over its own link; with it, its 1/t shard: latency + (s b h x 2 B / t) / bandwidth."""
+    d = arch_doc("megatron_core")
+    d["pipeline"]["stages"] = [{"devices": [f"g{tp * i + j}" for j in range(tp)], "layers": 2} for i in range(3)]
+    d["hardware"]["devices"] = [{"id": f"g{i}", "gpu": "h100_sxm", "node": f"n{i // tp}"} for i in range(3 * tp)]
+    d["hardware"]["interconnect"] = {"same_node": "nvlink", "cross_node": "infiniband"}
+    catalog = Catalog.load({"interconnects.infiniband.jitter": 0})
+    ib = catalog.interconnects["infiniband"]
+    full_mb = 2048 * 1024 * 2 / 1e6
+    for sp, shard in ((False, 1), (True, tp)):
+        d["pipeline"]["stack_options"] = {"sequence_parallel": sp}
+        tl = hops.simulate(d, catalog=catalog).timeline
+        hops_ms = (tl.end_ms - tl.start_ms)[tl.kind == "transfer"]
+        assert hops_ms == pytest.approx(ib["latency_ms"] + full_mb / shard / ib["bandwidth_gbps"], rel=1e-6)

@@ -108,12 +108,18 @@ class _Streams(dict):
 
 
 def activation_mb(scenario, catalog: Catalog) -> float:
-    """Message size between stages: given, or micro-batch x seq x hidden x bytes per element."""
+    """What each GPU of a stage sends to the next: given, or micro-batch x seq x hidden x bytes
+    per element. Every rank of a tensor-parallel group holds the whole activation and sends it
+    over its own link, unless sequence parallelism shards it along the sequence: then each rank
+    sends its 1/t (Korthikanti et al. 2022, sec. 4.2.2: the layer boundary is sequence-parallel)."""
     if scenario.activation_mb is not None:
         return scenario.activation_mb
     if scenario.hidden_dim and scenario.seq_len:
         nbytes = catalog.model["bytes_per_element"][scenario.precision]
-        return scenario.micro_batch_size * scenario.seq_len * scenario.hidden_dim * nbytes / 1e6
+        full = scenario.micro_batch_size * scenario.seq_len * scenario.hidden_dim * nbytes / 1e6
+        if catalog.stack(scenario)["sequence_parallel"]:
+            return full / min(st.tp for st in scenario.stages)  # unequal groups: the larger shard
+        return full
     return 0.0
 
 
