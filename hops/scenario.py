@@ -126,6 +126,10 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
             _fail(f"hardware.devices[{i}].id", f"duplicate device id {echo(d.id)}", src)
         seen.add(d.id)
         _choice(d.gpu, f"hardware.devices[{i}].gpu", tuple(catalog.devices), src)
+        if pipe.precision not in catalog.devices[d.gpu].get("precisions", (pipe.precision,)):
+            _fail("pipeline.precision", f"got {pipe.precision!r}; hardware.devices[{i}] ({d.gpu}) has no "
+                                        f"{pipe.precision} tensor cores: expected one of "
+                                        f"{', '.join(catalog.devices[d.gpu]['precisions'])}", src)
         host = d.host if d.host is not None else hw.host
         _choice(host, f"hardware.devices[{i}].host" if d.host is not None else "hardware.host", tuple(catalog.hosts),
                 src)

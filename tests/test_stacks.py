@@ -16,11 +16,12 @@ from hops.scenario import load_scenario
 
 GPU_PHYSICS = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "memory_bandwidth_gbps",
                "memory_gb", "l2_cache_mb", "mtbf_hours"}
+OPTIONAL_GPU_FACTS = {"precisions"}  # only where a GPU lacks one of bf16, fp16, fp32
 
 
 def test_gpu_presets_carry_gpu_physics_all_of_it_and_nothing_else():
     for name, preset in Catalog.load().devices.items():
-        assert set(preset) == GPU_PHYSICS, name  # each one whole: an fp32 run reads its FP32 and TF32 rates
+        assert set(preset) - OPTIONAL_GPU_FACTS == GPU_PHYSICS, name  # each one whole: an fp32 run reads both rates
 
 
 def test_a_stack_never_repeats_a_model_constant():
@@ -312,3 +313,21 @@ def test_sequence_parallel_ranks_send_their_shard_of_the_activation(tp):
         tl = hops.simulate(d, catalog=catalog).timeline
         hops_ms = (tl.end_ms - tl.start_ms)[tl.kind == "transfer"]
         assert hops_ms == pytest.approx(ib["latency_ms"] + full_mb / shard / ib["bandwidth_gbps"], rel=1e-6)
+
+
+def test_a_bf16_run_on_a_gpu_without_bf16_tensor_cores_is_a_one_line_error():
+    d = arch_doc("megatron_core", gpu="v100")
+    with pytest.raises(HopsError) as exc:
+        load_scenario(d)
+    assert str(exc.value) == ("pipeline.precision: got 'bf16'; hardware.devices[0] (v100) has no bf16 tensor cores: "
+                              "expected one of fp16, fp32")
+
+
+def test_volta_runs_fp16_at_its_tensor_rate_and_fp32_without_tf32_whatever_allow_tf32_says():
+    d = arch_doc("megatron_core", gpu="v100")
+    d["pipeline"]["precision"] = "fp16"
+    assert middle_forward(d) > 0
+    d["pipeline"]["precision"] = "fp32"
+    off, on = copy.deepcopy(d), copy.deepcopy(d)
+    off["pipeline"]["stack_options"], on["pipeline"]["stack_options"] = {"tf32_matmul": False}, {"tf32_matmul": True}
+    assert middle_forward(on) == middle_forward(off)
