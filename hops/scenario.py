@@ -117,6 +117,7 @@ def _stack_options(options, stack: str, catalog, src) -> dict:
 def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     """The engine's Scenario from validated models, plus the checks that need the catalog or cross sections."""
     from hops.model.backward_split import activation_grad_fraction
+    from hops.model.hardware import supported_precisions
     from hops.schedulers import resolve_scheduler
 
     pipe, hw, opt = m.pipeline, m.hardware, m.optimizer
@@ -126,10 +127,10 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
             _fail(f"hardware.devices[{i}].id", f"duplicate device id {echo(d.id)}", src)
         seen.add(d.id)
         _choice(d.gpu, f"hardware.devices[{i}].gpu", tuple(catalog.devices), src)
-        if pipe.precision not in catalog.devices[d.gpu].get("precisions", (pipe.precision,)):
+        runs = supported_precisions(catalog.devices[d.gpu])
+        if pipe.precision not in runs:
             _fail("pipeline.precision", f"got {pipe.precision!r}; hardware.devices[{i}] ({d.gpu}) has no "
-                                        f"{pipe.precision} tensor cores: expected one of "
-                                        f"{', '.join(catalog.devices[d.gpu]['precisions'])}", src)
+                                        f"{pipe.precision} tensor cores: expected one of {', '.join(runs)}", src)
         host = d.host if d.host is not None else hw.host
         _choice(host, f"hardware.devices[{i}].host" if d.host is not None else "hardware.host", tuple(catalog.hosts),
                 src)

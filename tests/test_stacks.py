@@ -16,7 +16,7 @@ from hops.scenario import load_scenario
 
 GPU_PHYSICS = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "memory_bandwidth_gbps",
                "memory_gb", "l2_cache_mb", "mtbf_hours"}
-OPTIONAL_GPU_FACTS = {"precisions"}  # only where a GPU lacks one of bf16, fp16, fp32
+OPTIONAL_GPU_FACTS = {"precisions", "peak_tflops_fp8"}  # where a GPU lacks one of bf16, fp16, fp32; where it has FP8
 
 
 def test_gpu_presets_carry_gpu_physics_all_of_it_and_nothing_else():
@@ -331,3 +331,29 @@ def test_volta_runs_fp16_at_its_tensor_rate_and_fp32_without_tf32_whatever_allow
     off, on = copy.deepcopy(d), copy.deepcopy(d)
     off["pipeline"]["stack_options"], on["pipeline"]["stack_options"] = {"tf32_matmul": False}, {"tf32_matmul": True}
     assert middle_forward(on) == middle_forward(off)
+
+
+def test_an_fp8_run_speeds_up_the_layers_gemms_by_the_fp8_rate_and_nothing_else():
+    """Transformer Engine's recipe: the transformer layers' GEMMs at the FP8 tensor rate; the
+    attention core, the element-wise kernels and the bytes moved stay bf16. So on a middle stage
+    the forward shrinks by exactly its linear GEMMs' time x (1 - bf16 rate / fp8 rate)."""
+    cat = Catalog.load()
+    gpu, m = cat.devices["h100_sxm"], cat.constants("megatron_core")
+    h, s, layers = 8192, 512, 2
+    bf16 = arch_doc("megatron_core", seq=s, hidden=h, heads=64, layers=layers)
+    fp8 = copy.deepcopy(bf16)
+    fp8["pipeline"]["precision"] = "fp8"
+    gemm_bf16 = layers * 2 * s * 12 * h * h / (gpu["peak_tflops"] * 1e12) * 1000 * m["compute_time_coefficient"]
+    saved = gemm_bf16 * (1 - gpu["peak_tflops"] / gpu["peak_tflops_fp8"])
+    assert middle_forward(bf16) - middle_forward(fp8) == pytest.approx(saved, rel=1e-9)
+    assert hops.simulate(fp8).summary["peak_memory_mb"] == hops.simulate(bf16).summary["peak_memory_mb"]
+
+
+@pytest.mark.parametrize("gpu,runs", [("a100", "bf16, fp16, fp32"), ("v100", "fp16, fp32")])
+def test_an_fp8_run_on_a_gpu_without_fp8_tensor_cores_is_a_one_line_error(gpu, runs):
+    d = arch_doc("megatron_core", gpu=gpu)
+    d["pipeline"]["precision"] = "fp8"
+    with pytest.raises(HopsError) as exc:
+        load_scenario(d)
+    assert str(exc.value) == (f"pipeline.precision: got 'fp8'; hardware.devices[0] ({gpu}) has no fp8 tensor cores: "
+                              f"expected one of {runs}")

@@ -152,6 +152,7 @@ class ComputeModel:
             return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 
         peak = dev.peak(s.precision, bool(m["tf32_matmul"]))
+        peak_other = dev.peak_16bit(s.precision, bool(m["tf32_matmul"]))  # attention core, LM head
         tp = st.tp  # a tensor-parallel group splits every GEMM, head and weight of the stage t ways
         t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share / tp
         t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps * share
@@ -168,10 +169,10 @@ class ComputeModel:
         t_fa_f = t_fa_b = 0.0
         if flash:
             attn *= m["flash_causal_flop_share"]
-            t_fa_f = attn / peak * 1000.0 / m["flash_efficiency_forward"]
-            t_fa_b = attn * m["flash_backward_flop_factor"] / peak * 1000.0 / m["flash_efficiency_backward"]
+            t_fa_f = attn / peak_other * 1000.0 / m["flash_efficiency_forward"]
+            t_fa_b = attn * m["flash_backward_flop_factor"] / peak_other * 1000.0 / m["flash_efficiency_backward"]
         else:
-            t_c += attn / peak * 1000.0 * m["compute_time_coefficient"]
+            t_c += attn / peak_other * 1000.0 * m["compute_time_coefficient"]
         # Unfused attention materializes each head's s x s scores: forward writes them, softmax
         # reads and rewrites them, the value product reads them again; the backward walks them
         # more times. Those passes reach HBM when a layer's scores do not fit in L2
@@ -205,7 +206,7 @@ class ComputeModel:
             # the head and its loss are vocabulary-parallel: each rank holds V / t columns
             lm_flops = 2.0 * s.seq_len * s.hidden_dim * vocab * s.micro_batch_size / tp
             lm_bytes = s.hidden_dim * vocab * m["bytes_per_element"][s.precision] / tp
-            lm = (lm_flops / (peak * 1e12) * 1000.0 * m["compute_time_coefficient"]
+            lm = (lm_flops / (peak_other * 1e12) * 1000.0 * m["compute_time_coefficient"]
                   + lm_bytes / 1e6 / dev.memory_bandwidth_gbps)
             # The s x V logits, not the weights, dominate the head: the loss casts them to fp32
             # and passes over them several times (softmax max/exp/sum, log, target gather) in

@@ -200,7 +200,7 @@ def dotted_items(tree: Any, *, keep_empty: bool = True) -> dict[str, Any]:
 # Bounds every catalog value must meet, preset or override: finite, >= 0, and > 0 where the
 # model divides by it or a zero means "no hardware" (k_floor_ms=-5 or bandwidth_gbps=0 would
 # otherwise divide by zero or simulate negative time).
-POSITIVE = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours",
+POSITIVE = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "peak_tflops_fp8", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours",
             "bandwidth_gbps", "host_network_gbps",
             "same_type_allreduce_gbps", "same_type_stall_ms",
             "compute_time_coefficient", "flops_per_layer_token_coeff", "vocab_size", "bf16", "fp16", "fp32"}
@@ -288,12 +288,28 @@ class DeviceParams:
     k_floor_backward_ms: float | None = None  # ... backward
     same_type_stall_ms: float | None = None  # iteration-end stall when the final exchanges join two such hosts
     same_type_stall_rate: float = 0.0  # ... and the share of iterations it hits
+    peak_tflops_fp8: float | None = None  # dense FP8 tensor rate (Hopper, Ada); None: no FP8 tensor cores
 
     def peak(self, precision: str, tf32: bool) -> float:
-        """The GEMM rate at the run's precision: an fp32 run without TF32 gets no tensor cores."""
+        """The rate of the transformer layers' GEMMs at the run's precision: an fp32 run without
+        TF32 gets no tensor cores; an fp8 run's linear layers get the FP8 rate."""
+        if precision == "fp8":
+            return self.peak_tflops_fp8
         if precision != "fp32":
             return self.peak_tflops
         return self.peak_tflops_tf32 if tf32 else self.peak_tflops_fp32
+
+    def peak_16bit(self, precision: str, tf32: bool) -> float:
+        """What the GEMMs outside the transformer layers' linears run at (the attention core, the
+        LM head): an fp8 run keeps them in bf16, as Transformer Engine's FP8 recipe does."""
+        return self.peak_tflops if precision == "fp8" else self.peak(precision, tf32)
+
+
+def supported_precisions(gpu: Mapping[str, Any]) -> tuple[str, ...]:
+    """A GPU preset's run precisions: its `precisions` where it lacks one (Volta: no bf16), fp8
+    only where it has FP8 tensor cores (`peak_tflops_fp8`)."""
+    base = tuple(gpu.get("precisions", ("bf16", "fp16", "fp32")))
+    return base + ("fp8",) if "peak_tflops_fp8" in gpu else base
 
 
 @dataclass(frozen=True)
@@ -353,7 +369,8 @@ class Topology:
                 k_floor_ms=_opt_float(params.get("k_floor_ms")),
                 k_floor_backward_ms=_opt_float(params.get("k_floor_backward_ms")),
                 same_type_stall_ms=_opt_float(params.get("same_type_stall_ms")),
-                same_type_stall_rate=float(params.get("same_type_stall_rate", 0.0)))
+                same_type_stall_rate=float(params.get("same_type_stall_rate", 0.0)),
+                peak_tflops_fp8=_opt_float(params.get("peak_tflops_fp8")))
         self._catalog = catalog
         self._same, self._cross = scenario.same_node, scenario.cross_node
         self._explicit: dict[tuple[str, str], dict] = {}

@@ -18,7 +18,7 @@ from hops.schema.failure import FailureModel
 from hops.schema.fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, Choice, DictOf, Int,
                                 ListOf, Num, Section, Str, check_number, closed_mapping, fail, section_defaults, show)
 
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 SHARDINGS = ("none", "zero1", "fsdp")
 DEFAULT_STACK = "megatron_core"  # a user scenario's training stack unless it names one (hops/presets/stacks.yaml)
 DIST_KINDS = {
@@ -325,6 +325,7 @@ class DeviceOverrideModel(Section):
     peak_tflops: Num(gt=0) | None = None
     peak_tflops_tf32: Num(gt=0) | None = None
     peak_tflops_fp32: Num(gt=0) | None = None
+    peak_tflops_fp8: Num(gt=0) | None = None
     memory_bandwidth_gbps: Num(gt=0) | None = None
     memory_gb: Num(gt=0) | None = None
     launch_overhead_ms: Num(ge=0) | None = None
