@@ -141,6 +141,10 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     stack = _choice(pipe.stack, "pipeline.stack", tuple(catalog.stacks), src)
     stack_options = _stack_options(pipe.stack_options, stack, catalog, src)
     arch = _architecture(pipe.model, catalog, src)
+    if arch is not None and opt.data_parallel.degree % arch.expert_parallel:
+        _fail("pipeline.model.moe.expert_parallel", f"got {arch.expert_parallel}; expected a divisor of "
+                                                    f"optimizer.data_parallel.degree ({opt.data_parallel.degree}): "
+                                                    f"the experts spread over data-parallel replicas", src)
     auto = _check_layers(pipe, arch, src)
     nbytes = catalog.model["bytes_per_element"][pipe.precision]
     matrices = vocab_matrices(len(pipe.stages), (0, len(pipe.stages) - 1), arch.tied) if arch else None
@@ -307,17 +311,26 @@ def _tensor_parallel_groups(stages, by_id, arch, known, src) -> list[tuple[str, 
 def _architecture(model, catalog, src) -> Architecture | None:
     """The model's shape when `heads` is given; the heads' divisibility is checked by the schema."""
     if model.heads is None:
+        if model.moe is not None:
+            _fail("pipeline.model.heads", "missing; moe describes the architecture, which needs heads, hidden_dim "
+                                          "and seq_len", src)
         return None
     for key in ("hidden_dim", "seq_len"):
         if getattr(model, key) is None:
             _fail(f"pipeline.model.{key}", "missing; expected a number: heads describe the architecture, which "
                                            "needs hidden_dim and seq_len too", src)
     h = model.hidden_dim
+    ffn = model.ffn_dim or 4 * h
+    moe = {}
+    if model.moe is not None:
+        moe = dict(experts=model.moe.experts, top_k=model.moe.top_k, expert_ffn=model.moe.expert_ffn_dim or ffn,
+                   shared_experts=model.moe.shared_experts, expert_parallel=model.moe.expert_parallel)
     return Architecture(
         layers=model.layers, hidden=h, heads=model.heads, kv_heads=model.kv_heads or model.heads,
-        ffn_dim=model.ffn_dim or 4 * h, ffn_gated=bool(model.ffn_gated), seq_len=model.seq_len,
+        ffn_dim=ffn, ffn_gated=bool(model.ffn_gated), seq_len=model.seq_len,
         vocab=model.vocab_size or int(catalog.model["vocab_size"]),
-        tied=model.tied_embeddings if model.tied_embeddings is not None else bool(catalog.model["tied_embeddings"]))
+        tied=model.tied_embeddings if model.tied_embeddings is not None else bool(catalog.model["tied_embeddings"]),
+        **moe)
 
 
 def _check_layers(pipe, arch, src) -> bool:

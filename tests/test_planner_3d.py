@@ -134,7 +134,7 @@ def test_a_dp_degree_the_inventory_cannot_supply_is_refused_naming_the_field():
 
 
 @pytest.mark.parametrize("field,pools,model", [
-    ("inventory[0].gpu", (Pool("h200", nodes=1),), TINY),
+    ("inventory[0].gpu", (Pool("gb9000", nodes=1),), TINY),
     ("inventory[0].host", (Pool("a100", nodes=1, host="dgx_z"),), TINY),
     ("model.heads", POOLS, {k: v for k, v in TINY.items() if k != "heads"}),
 ])

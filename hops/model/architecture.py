@@ -6,6 +6,13 @@ element-wise memory traffic follow from the architecture here, so a user rebuild
 published setup states the model as its paper does instead of working out per-stage TFLOP
 by hand (and getting attention or grouped-query heads wrong).
 
+A mixture-of-experts model (``pipeline.model.moe``) replaces every layer's FFN by `experts`
+FFNs of `expert_ffn_dim`, `top_k` of them run per token (plus `shared_experts` every token
+runs), spread over `expert_parallel` ranks of the data-parallel group (Fedus et al. 2022,
+Switch Transformers; Megatron-Core's expert parallelism): a layer's FLOPs follow the experts a
+token runs, its weights the experts a rank holds, and the tokens' trip to their experts and
+back is two all-to-alls per pass (hops.model.collectives.expert_parallel_ms).
+
 Counts are per sequence of ``seq_len`` tokens (one micro-batch row) and per layer, for the
 forward pass, with Megatron's conventions (Narayanan et al. 2021, appendix; Korthikanti et
 al. 2022, sec. 4.1): a multiply-add is 2 FLOPs, attention is counted over the full s x s
@@ -28,6 +35,15 @@ class Architecture:
     seq_len: int
     vocab: int
     tied: bool
+    experts: int = 0  # 0: a dense FFN; else the MoE layer's routed experts
+    top_k: int = 0  # routed experts each token runs
+    expert_ffn: int = 0  # one expert's FFN inner size
+    shared_experts: int = 0  # experts every token runs besides its top_k (DeepSeekMoE)
+    expert_parallel: int = 1  # ranks the routed experts are spread over
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
 
     @property
     def kv_share(self) -> float:
@@ -38,17 +54,42 @@ class Architecture:
     def ffn_matrices(self) -> int:
         return 3 if self.ffn_gated else 2
 
+    def attention_params(self) -> float:
+        """Q, K, V (K and V at kv_share) and the output projection."""
+        return self.hidden * self.hidden * (2 + 2 * self.kv_share)
+
+    def expert_params(self) -> float:
+        """One FFN of the MoE layer: ffn_matrices x h x expert_ffn."""
+        return self.ffn_matrices * self.hidden * self.expert_ffn
+
+    def routed_expert_params(self) -> float:
+        """The routed experts one rank of the expert-parallel group holds, in one layer."""
+        return self.experts / self.expert_parallel * self.expert_params() if self.moe else 0.0
+
     def layer_params(self) -> float:
-        """Weights of one layer: Q, K, V (K and V at kv_share), the output projection, the FFN."""
-        h = self.hidden
-        return h * h * (2 + 2 * self.kv_share) + self.ffn_matrices * h * self.ffn_dim
+        """Weights of one layer on a GPU (before tensor parallelism splits them): attention, and
+        the FFN, or under MoE the router, the shared experts and this rank's routed experts."""
+        if not self.moe:
+            return self.attention_params() + self.ffn_matrices * self.hidden * self.ffn_dim
+        return (self.attention_params() + self.hidden * self.experts + self.shared_experts * self.expert_params()
+                + self.routed_expert_params())
+
+    def active_params(self) -> float:
+        """Weights one token's forward multiplies by: under MoE, its top_k routed experts and the
+        shared ones, not the others."""
+        if not self.moe:
+            return self.layer_params()
+        return (self.attention_params() + self.hidden * self.experts
+                + (self.top_k + self.shared_experts) * self.expert_params())
 
     def dense_flops(self) -> float:
-        """Forward GEMM FLOPs of one layer outside the attention core: 2 x tokens x weights.
+        """Forward GEMM FLOPs of one layer outside the attention core: 2 x tokens x active weights.
 
         At kv_heads = heads and a two-matrix FFN of 4h this is 24 s h^2, Megatron's figure.
+        Assumption under MoE: balanced routing (every expert gets its share of tokens) and
+        grouped expert GEMMs at the dense GEMMs' efficiency.
         """
-        return 2.0 * self.seq_len * self.layer_params()
+        return 2.0 * self.seq_len * self.active_params()
 
     def attention_flops(self) -> float:
         """Forward FLOPs of the attention core of one layer: Q K^T and scores x V, 2 s^2 h each."""
@@ -72,10 +113,16 @@ class Architecture:
         t ways while 10 s b h stay whole on every rank (the two layer norms' inputs 4, the
         attention's and the MLP's inputs 2 + 2, their two dropout masks 1 + 1): 34 becomes
         10 + 24/t. Sequence parallelism (sec. 4.2.2) splits those along the sequence too: 34/t.
+        Under MoE the MLP keeps its input and dropout mask (3 h), and each of a token's top_k
+        routed copies stashes its permuted input (2 h) and its expert's inner tensors, each
+        shared expert its inner tensors.
         """
         h, f = self.hidden, self.ffn_dim
         attention = (7 + 4 * self.kv_share) * h
-        mlp = 3 * h + (6 if self.ffn_gated else 4) * f
+        inner = 6 if self.ffn_gated else 4
+        mlp = 3 * h + inner * f
+        if self.moe:  # each routed copy of a token stashes its expert input and inner tensors
+            mlp = 3 * h + self.top_k * (2 * h + inner * self.expert_ffn) + self.shared_experts * inner * self.expert_ffn
         whole = self.seq_len * (attention + mlp + 4 * h)
         if tp == 1:
             return whole

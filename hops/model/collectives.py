@@ -58,6 +58,28 @@ def data_parallel_link(scenario, catalog, device) -> tuple[float, float]:
     return bw, float(link["latency_ms"])
 
 
+def expert_parallel_ms(scenario, catalog, device, layers: float, tp: int) -> float:
+    """One pass's exposed expert-parallel all-to-alls on a stage of `layers` MoE layers.
+
+    Each MoE layer sends every token's top_k routed copies to the ranks holding their experts
+    and brings the results back: two all-to-alls in the forward, two (of the gradients) in the
+    backward. A rank sends the (e - 1)/e of its copies that leave it, h values each, over the
+    data-parallel link (the expert-parallel group is carved from the data-parallel replicas), and
+    pays a latency per peer. Its tokens are the micro-batch's s b, split t ways under sequence
+    parallelism. Assumptions: balanced routing, and nothing hides the all-to-alls (Megatron's
+    default; DeepSeek-V3's DualPipe overlaps them, which HOPS does not model).
+    """
+    arch = scenario.architecture
+    e = arch.expert_parallel if arch is not None else 1
+    if e <= 1:
+        return 0.0
+    m = catalog.scenario_constants(scenario)
+    tokens = scenario.micro_batch_size * arch.seq_len / (tp if m["sequence_parallel"] else 1)
+    sent_mb = tokens * arch.top_k * arch.hidden * m["bytes_per_element"][scenario.precision] / 1e6 * (e - 1) / e
+    bw, lat = data_parallel_link(scenario, catalog, device)
+    return 2 * layers * ((e - 1) * lat + sent_mb / bw)
+
+
 def data_parallel_ms(scenario, catalog, topology, backward_ms=None, forward_ms=None) -> list[float]:
     """Per stage, the exposed time of its data-parallel gradient reduction at the iteration's end.
 
@@ -78,7 +100,8 @@ def data_parallel_ms(scenario, catalog, topology, backward_ms=None, forward_ms=N
     last backward (``backward_ms``) and the weight all-gather behind its first forward
     (``forward_ms``); only the excess is exposed. The all-gather is counted before the step
     rather than after it: the iteration's length is the same. `algorithm: naive` keeps the
-    all-reduce through one root, 2(d - 1) full messages.
+    all-reduce through one root, 2(d - 1) full messages. Under expert parallelism e, a rank's
+    routed experts exist on d / e replicas only, so their gradients reduce over those.
     """
     d, p = scenario.dp_degree, scenario.n_stages
     if d <= 1 or not scenario.optimizer_enabled:
@@ -86,18 +109,31 @@ def data_parallel_ms(scenario, catalog, topology, backward_ms=None, forward_ms=N
     m = catalog.scenario_constants(scenario)
     nbytes = m["bytes_per_element"][scenario.precision]
     overlap = bool(m["dp_overlap_grad_reduce"])
+    arch = scenario.architecture
+    e = arch.expert_parallel if arch is not None else 1
     out = []
     for i, st in enumerate(scenario.stages):
         bw, lat = data_parallel_link(scenario, catalog, topology.devices[st.device])
         weights_mb = st.weights_mb / st.tp  # one GPU's share of the stage
-        grads_mb = weights_mb / nbytes * m["embedding_grad_bytes_per_element"]
+        parts = [(weights_mb, d)]
+        if e > 1 and st.weights_derived:
+            experts_mb = st.layers * arch.routed_expert_params() * nbytes / 1e6 / st.tp
+            parts = [(weights_mb - experts_mb, d), (experts_mb, d // e)]
+        reduce = gather = 0.0
+        for mb, n in parts:
+            grads_mb = mb / nbytes * m["embedding_grad_bytes_per_element"]
+            if n <= 1:
+                continue
+            if scenario.dp_algorithm == "naive":
+                reduce += 2 * (n - 1) * (lat + grads_mb / bw)
+            elif scenario.dp_sharding == "none":
+                reduce += ring_allreduce_ms(grads_mb, n, bw, lat)
+            else:
+                reduce += ring_half_ms(grads_mb, n, bw, lat)
+                gather += ring_half_ms(mb, n, bw, lat)
         if scenario.dp_algorithm == "naive":
-            out.append(2 * (d - 1) * (lat + grads_mb / bw))
+            out.append(reduce)
             continue
-        if scenario.dp_sharding == "none":
-            reduce, gather = ring_allreduce_ms(grads_mb, d, bw, lat), 0.0
-        else:
-            reduce, gather = ring_half_ms(grads_mb, d, bw, lat), ring_half_ms(weights_mb, d, bw, lat)
         if overlap:
             reduce = max(reduce - (backward_ms[i] if backward_ms else 0.0), 0.0)
             gather = max(gather - (forward_ms[i] if forward_ms else 0.0), 0.0)

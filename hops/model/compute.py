@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hops.model.collectives import expert_parallel_ms
 from hops.scenario_types import Distribution, Scenario
 
 
@@ -133,6 +134,7 @@ class ComputeModel:
     def __init__(self, scenario: Scenario, topology, catalog):
         self.scenario = scenario
         self.model = catalog.scenario_constants(scenario)
+        self.catalog = catalog
         self.devices = [topology.devices[s.device] for s in scenario.stages]
         self.topology = topology
         self.expected = [self._expected(i) for i in range(scenario.n_stages)]
@@ -231,19 +233,23 @@ class ComputeModel:
         tp_f = tp_b = tp_bw = 0.0
         if tp > 1:
             tp_f, tp_b, tp_bw = self._tensor_parallel_ms(i, layers, first, last, t_c, k, a)
+        # the expert-parallel all-to-alls (none without it) wait like the tensor-parallel collectives
+        a2a = expert_parallel_ms(s, self.catalog, dev, layers, tp)
+        a2a_b = a2a * (2 if m["recompute"] == "full" else 1)  # full recomputation reruns the forward's
+        comm_f, comm_b, comm_bw = tp_f + a2a, tp_b + a2a_b, tp_bw + a2a_b
         # (GPU work, host cost outside the floor) of each pass; the score gradients are part of
         # the input gradient (B), W only forms weight gradients
-        gpu_f, host_f = t_c + t_m_f + t_attn_f + lm + lm_logits_f + tp_f, embed + loss_fixed
-        gpu_bw = k * t_c + k * t_m + t_attn_b + k * lm + lm_logits_b + embed_b + tp_bw
-        gpu_b = a * k * t_c + a * k * t_m + t_attn_b + a * k * lm + lm_logits_b + tp_b
+        gpu_f, host_f = t_c + t_m_f + t_attn_f + lm + lm_logits_f + comm_f, embed + loss_fixed
+        gpu_bw = k * t_c + k * t_m + t_attn_b + k * lm + lm_logits_b + embed_b + comm_bw
+        gpu_b = a * k * t_c + a * k * t_m + t_attn_b + a * k * lm + lm_logits_b + comm_b
         gpu_w = (1 - a) * k * t_c + (1 - a) * k * t_m + (1 - a) * k * lm + embed_b
         if m["dispatch"] == "async":  # the host runs ahead: its dispatch hides behind longer GPU work
             f = max(gpu_f, floor + launch + host_f)
             bw, b, w = (max(g, fl + launch) for g, fl in ((gpu_bw, floor_bw), (gpu_b, floor_b), (gpu_w, floor_w)))
         else:  # sync_launch, the fixture fit: the floor overlaps the kernels, the launch and host costs add
-            f = max(t_c + t_m_f + t_attn_f + tp_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
-            bw = max(k * t_c + k * t_m + t_attn_b + tp_bw, floor_bw) + launch + k * lm + lm_logits_b + embed_b
-            b = max(a * k * t_c + a * k * t_m + t_attn_b + tp_b, floor_b) + launch + a * k * lm + lm_logits_b
+            f = max(t_c + t_m_f + t_attn_f + comm_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
+            bw = max(k * t_c + k * t_m + t_attn_b + comm_bw, floor_bw) + launch + k * lm + lm_logits_b + embed_b
+            b = max(a * k * t_c + a * k * t_m + t_attn_b + comm_b, floor_b) + launch + a * k * lm + lm_logits_b
             w = max((1 - a) * k * t_c + (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm + embed_b
         sd = dev.slowdown
         if tp > 1:

@@ -28,6 +28,10 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
     # under pipelining keeps the stage's weights gathered from the first forward to the last
     # backward, so at the peak it holds what ZeRO-1 holds (hops.model.collectives.data_parallel_ms)
     state_share = sc.dp_degree if sc.dp_sharding != "none" else 1
+    # ... and a rank's routed experts over the d / e replicas that hold them
+    e = sc.architecture.expert_parallel if sc.architecture is not None else 1
+    expert_share = state_share // e if state_share > 1 else 1
+    nbytes = m["bytes_per_element"][sc.precision]
     peak: dict[str, float] = {}
     for i, st in enumerate(sc.stages):
         if st.activation_memory_mb is not None:
@@ -41,7 +45,10 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
                     m["activation_bytes_per_token_hidden"] / 1e6
             else:
                 act = msg_mb
-        opt = weights[i] * m["optimizer_bytes_per_weight_byte"] / state_share if sc.optimizer_enabled else 0.0
+        experts = (st.layers * sc.architecture.routed_expert_params() * nbytes / 1e6
+                   if e > 1 and st.weights_derived else 0.0)
+        opt = ((weights[i] - experts) / state_share + experts / expert_share) * m["optimizer_bytes_per_weight_byte"] \
+            if sc.optimizer_enabled else 0.0
         held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each
         if st.tp == 1:
             peak[st.device] = peak.get(st.device, 0.0) + weights[i] + opt + held

@@ -146,6 +146,28 @@ class BackwardSplitModel(Section):
                                   "(hops/model/backward_split.py)") | None = None
 
 
+class MoEModel(Section):
+    """A mixture-of-experts FFN in every layer (Mixtral, DeepSeekMoE, Switch)."""
+
+    experts: Int(gt=1, cap=MAX_MODEL_DIM, description="routed experts per layer")
+    top_k: Int(gt=0, cap=MAX_MODEL_DIM, description="routed experts each token runs")
+    expert_ffn_dim: Int(gt=0, cap=MAX_MODEL_DIM, description="one expert's FFN inner size; default "
+                                                             "pipeline.model.ffn_dim") | None = None
+    shared_experts: Int(ge=0, cap=MAX_MODEL_DIM, description="experts every token runs (DeepSeekMoE)") = 0
+    expert_parallel: Int(gt=0, cap=MAX_COUNT, description="ranks of the data-parallel group the routed experts "
+                                                          "are spread over; must divide experts and "
+                                                          "optimizer.data_parallel.degree") = 1
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if self.top_k > self.experts:
+            raise fail(f"got {self.top_k}; expected at most experts ({self.experts})", key="top_k")
+        if self.experts % self.expert_parallel:
+            raise fail(f"got {self.expert_parallel}; expected a divisor of experts ({self.experts})",
+                       key="expert_parallel")
+        return self
+
+
 class ModelShape(Section):
     """The model's architecture; with `heads`, a stage may give only `device` and `layers`."""
 
@@ -159,6 +181,7 @@ class ModelShape(Section):
     seq_len: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
     vocab_size: Int(gt=0, cap=MAX_MODEL_DIM) | None = None
     tied_embeddings: Bool | None = None
+    moe: MoEModel | None = None
 
     @model_validator(mode="after")
     def _heads_divide(self):
