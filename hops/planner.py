@@ -727,6 +727,12 @@ class Planner3D:
                                                             f"{', '.join(self.catalog.hosts)}")
         if not self.pools:
             raise ScenarioError("inventory", "expected at least one pool of nodes")
+        moe = self.model.get("moe") or {}
+        if (moe.get("expert_parallel") or 1) > 1:
+            raise ScenarioError("model.moe.expert_parallel", f"got {moe['expert_parallel']}; the planner searches the "
+                                                             f"data-parallel degree and does not place experts over "
+                                                             f"it: expected 1 here (simulate a scenario for expert "
+                                                             f"parallelism)")
         for key in ("layers", "hidden_dim", "heads", "seq_len"):
             if not self.model.get(key):
                 raise ScenarioError(f"model.{key}", "missing; the planner needs the architecture's layers, "

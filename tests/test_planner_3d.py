@@ -137,6 +137,7 @@ def test_a_dp_degree_the_inventory_cannot_supply_is_refused_naming_the_field():
     ("inventory[0].gpu", (Pool("gb9000", nodes=1),), TINY),
     ("inventory[0].host", (Pool("a100", nodes=1, host="dgx_z"),), TINY),
     ("model.heads", POOLS, {k: v for k, v in TINY.items() if k != "heads"}),
+    ("model.moe.expert_parallel", POOLS, {**TINY, "moe": {"experts": 4, "top_k": 1, "expert_parallel": 2}}),
 ])
 def test_bad_requests_name_the_field(field, pools, model):
     with pytest.raises(ScenarioError, match=f"^{field.replace('[', '.').replace(']', '.')}"):
@@ -188,3 +189,12 @@ def test_the_cli_refuses_a_bad_request_in_one_line(tmp_path, capsys, training, f
     assert main([str(request_file(tmp_path, **training))]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and field in err, err
+
+
+def test_a_mixture_of_experts_without_expert_parallelism_is_planned_by_its_active_and_held_weights():
+    """Every expert on every replica: the plan's GPUs hold all experts' weights (more memory
+    than the dense model) and run top_k of them per token (more time than the dense model)."""
+    moe = {**TINY, "moe": {"experts": 4, "top_k": 2}}
+    dense, mixed = (Planner3D(m, POOLS, global_batch=8).plan(dp=1, verify=False).best for m in (TINY, moe))
+    assert mixed.samples_per_s < dense.samples_per_s
+    assert max(mixed.memory_mb) > max(dense.memory_mb)
