@@ -36,13 +36,16 @@ def test_gpipe_with_blocking_sends_pays_a_hop_after_every_pass_that_sends(p, m, 
     assert s["makespan_ms"] == pytest.approx((m + p - 1) * (f + b) + 2 * (m + p - 2) * c, rel=1e-9)
 
 
-@pytest.mark.parametrize("schedule,virtual,overlapped", [("1f1b", 1, False), ("interleaved_1f1b", 2, True),
-                                                        ("zb_v", 2, True), ("zb_h1", 1, False)])
-def test_megatron_core_overlaps_p2p_only_when_a_device_runs_several_chunks(schedule, virtual, overlapped):
-    """Megatron's default (`p2p_overlap: interleaved`): the interleaved schedule overlaps its sends
-    with the next chunk, the one-chunk schedules wait for theirs."""
+@pytest.mark.parametrize("schedule,virtual,options,overlapped", [
+    ("1f1b", 1, {}, False), ("interleaved_1f1b", 2, {}, True), ("interleaved_1f1b", 2, {"warmup": "pytorch"}, False),
+    ("zb_v", 2, {}, False), ("zb_h1", 1, {}, False)])
+def test_megatron_core_overlaps_p2p_only_under_megatrons_interleaved_schedule(schedule, virtual, options, overlapped):
+    """Megatron's default (`p2p_overlap: interleaved`): its interleaved 1F1B overlaps its sends
+    with the next chunk; its other schedules, and chunked ones that are not Megatron's (ZB-V,
+    PyTorch's interleaved order), wait for theirs."""
     d = pipeline(4, 8, schedule=schedule, hop_ms=0.5, split=0.5)
     d["pipeline"]["virtual_stages"] = virtual
+    d["pipeline"]["scheduler_options"] = options
     if schedule == "zb_v":
         d["optimizer"]["post_validation"] = True
     runs = {}

@@ -141,9 +141,9 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     m, iters = scenario.microbatches, scenario.batches
     msg_mb = activation_mb(scenario, catalog)
 
-    ctx = _Context(scenario, catalog, topo, compute, msg_mb, seed)
-    laid = lay_out(ctx, placement)
     sched = sched_cls(**scenario.scheduler_options)
+    ctx = _Context(scenario, catalog, topo, compute, msg_mb, seed, bool(sched.megatron_interleaved))
+    laid = lay_out(ctx, placement)
     sched.configure(laid.meta)
     chosen = getattr(sched, "chosen_placement", None)  # a scheduler may pick its placement at configure time
     if chosen is not None and list(chosen) != list(placement):
@@ -235,6 +235,7 @@ class _Context:
     compute: ComputeModel
     msg_mb: float
     seed: int  # the run's seed (a planning scheduler's own draws come from its "search" stream)
+    megatron_interleaved: bool = False  # the schedule is Megatron's interleaved 1F1B (p2p_overlap: interleaved)
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,7 @@ def lay_out(ctx: _Context, placement) -> Placed:
                      for s in range(p)],
         options=dict(sc.scheduler_options), stage_of=phys, virtual_stages=p // sc.n_stages,
         post_validation=sc.post_validation, iterations=sc.batches,
-        blocking_send=not p2p_overlaps(ctx.catalog.stack(sc), p // sc.n_stages),
+        blocking_send=not p2p_overlaps(ctx.catalog.stack(sc), ctx.megatron_interleaved),
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),

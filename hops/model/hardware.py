@@ -228,11 +228,12 @@ def is_choice(value: Any, choices: tuple) -> bool:
     return any(type(value) is type(c) and value == c for c in choices)
 
 
-def p2p_overlaps(stack: Mapping[str, Any], virtual_stages: int) -> bool:
+def p2p_overlaps(stack: Mapping[str, Any], megatron_interleaved: bool) -> bool:
     """Whether a stage's p2p sends overlap its next op: always, never, or (`interleaved`, Megatron's
-    default) only when each device runs more than one chunk."""
+    default) only under Megatron's interleaved 1F1B, the one schedule Megatron overlaps them in;
+    other chunked schedules (ZB-V, PyTorch's interleaved ones, HOPS's own) are not Megatron's."""
     overlap = stack["p2p_overlap"]
-    return overlap is True or (overlap == "interleaved" and virtual_stages > 1)
+    return overlap is True or (overlap == "interleaved" and megatron_interleaved)
 
 
 def check_stack(name: str, stack: Mapping[str, Any]) -> None:

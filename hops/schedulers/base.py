@@ -109,6 +109,9 @@ class Scheduler:
     # and interleaved 1F1B keep its barrier, and schedules that plan around the flush (hops_hetero,
     # hetero_search) would plan for the wrong iteration end. The scenario refuses it elsewhere.
     post_validation = False
+    # True only for Megatron's interleaved 1F1B: the stack's `p2p_overlap: interleaved` (Megatron's
+    # default) overlaps its p2p with the next chunk and no other schedule's.
+    megatron_interleaved = False
 
     def __init__(self, **options: Any):
         self.options = options

@@ -28,6 +28,12 @@ class Interleaved1F1B(DeviceOrderScheduler):
     option_names = ("warmup",)
     WARMUPS = ("megatron", "pytorch")
 
+    @property
+    def megatron_interleaved(self) -> bool:
+        """Megatron's order (not PyTorch's, which waits for each step's p2p): the stack's
+        `p2p_overlap: interleaved` overlaps its sends."""
+        return self.options.get("warmup", "megatron") == "megatron"
+
     @classmethod
     def placement(cls, p: int, v: int) -> list[tuple[int, int]]:
         if v < 2:  # Megatron runs 1F1B then; this order with one chunk would double its warm-up
