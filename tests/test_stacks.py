@@ -357,3 +357,9 @@ def test_an_fp8_run_on_a_gpu_without_fp8_tensor_cores_is_a_one_line_error(gpu, r
         load_scenario(d)
     assert str(exc.value) == (f"pipeline.precision: got 'fp8'; hardware.devices[0] ({gpu}) has no fp8 tensor cores: "
                               f"expected one of {runs}")
+
+
+def test_a_preset_switch_outside_its_choices_is_a_one_line_error_listing_them():
+    with pytest.raises(CatalogError) as exc:
+        Catalog.load({"stacks.megatron_core.p2p_overlap": "maybe"})
+    assert str(exc.value) == "stacks.megatron_core.p2p_overlap: got 'maybe'; expected one of false, true, interleaved"

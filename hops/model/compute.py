@@ -154,7 +154,7 @@ class ComputeModel:
             return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers)
 
         peak = dev.peak(s.precision, bool(m["tf32_matmul"]))
-        peak_other = dev.peak_16bit(s.precision, bool(m["tf32_matmul"]))  # attention core, LM head
+        peak_other = dev.peak_unquantized(s.precision, bool(m["tf32_matmul"]))  # attention core, LM head
         tp = st.tp  # a tensor-parallel group splits every GEMM, head and weight of the stage t ways
         t_c = st.compute.tflop / peak * 1000.0 * m["compute_time_coefficient"] * share / tp
         t_m = st.compute.memory_mb / dev.memory_bandwidth_gbps * share

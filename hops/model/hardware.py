@@ -200,8 +200,8 @@ def dotted_items(tree: Any, *, keep_empty: bool = True) -> dict[str, Any]:
 # Bounds every catalog value must meet, preset or override: finite, >= 0, and > 0 where the
 # model divides by it or a zero means "no hardware" (k_floor_ms=-5 or bandwidth_gbps=0 would
 # otherwise divide by zero or simulate negative time).
-POSITIVE = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "peak_tflops_fp8", "memory_bandwidth_gbps", "memory_gb", "mtbf_hours",
-            "bandwidth_gbps", "host_network_gbps",
+POSITIVE = {"peak_tflops", "peak_tflops_tf32", "peak_tflops_fp32", "peak_tflops_fp8", "memory_bandwidth_gbps",
+            "memory_gb", "mtbf_hours", "bandwidth_gbps", "host_network_gbps",
             "same_type_allreduce_gbps", "same_type_stall_ms",
             "compute_time_coefficient", "flops_per_layer_token_coeff", "vocab_size", "bf16", "fp16", "fp32"}
 SHARE = {"same_type_stall_rate"}  # shares of iterations: at most 1
@@ -228,6 +228,11 @@ def is_choice(value: Any, choices: tuple) -> bool:
     return any(type(value) is type(c) and value == c for c in choices)
 
 
+def choices_text(choices: tuple) -> str:
+    """The choices as YAML spells them: false, true, interleaved."""
+    return ", ".join(str(c).lower() if isinstance(c, bool) else str(c) for c in choices)
+
+
 def p2p_overlaps(stack: Mapping[str, Any], megatron_interleaved: bool) -> bool:
     """Whether a stage's p2p sends overlap its next op: always, never, or (`interleaved`, Megatron's
     default) only under Megatron's interleaved 1F1B, the one schedule Megatron overlaps them in;
@@ -240,7 +245,7 @@ def check_stack(name: str, stack: Mapping[str, Any]) -> None:
     """A stack names a known kernel, dispatch and recomputation, and carries the constants they read."""
     for key, choices in STACK_CHOICES.items():
         if not is_choice(stack.get(key), choices):
-            raise CatalogError(f"stacks.{name}.{key}: got {stack.get(key)!r}; expected one of {', '.join(choices)}")
+            raise CatalogError(f"stacks.{name}.{key}: got {stack.get(key)!r}; expected one of {choices_text(choices)}")
     needed = FLASH_KEYS if stack["attention"] == "flash" else UNFUSED_KEYS
     for key in (*needed, *PER_GPU_KEYS[:2]):
         if key not in stack:
@@ -300,7 +305,7 @@ class DeviceParams:
             return self.peak_tflops
         return self.peak_tflops_tf32 if tf32 else self.peak_tflops_fp32
 
-    def peak_16bit(self, precision: str, tf32: bool) -> float:
+    def peak_unquantized(self, precision: str, tf32: bool) -> float:
         """What the GEMMs outside the transformer layers' linears run at (the attention core, the
         LM head): an fp8 run keeps them in bf16, as Transformer Engine's FP8 recipe does."""
         return self.peak_tflops if precision == "fp8" else self.peak(precision, tf32)

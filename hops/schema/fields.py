@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from pydantic_core import PydanticCustomError
 
 from hops.errors import ECHO_CHARS, echo
-from hops.model.hardware import is_choice
+from hops.model.hardware import choices_text, is_choice
 
 # Sizes above these are refused up front (docs/legacy_scenarios.md#bounds): they are far
 # beyond any real job, and values like 1e300 or 1e9 microbatches would otherwise overflow
@@ -128,7 +128,7 @@ def Choice(choices: tuple, *, description: str | None = None):
     """One of a few values that mix true/false with names (`p2p_overlap: interleaved`)."""
     def check(v):
         if not is_choice(v, choices):
-            raise fail(f"got {show(v)}; expected one of {', '.join(str(c).lower() if isinstance(c, bool) else c for c in choices)}")
+            raise fail(f"got {show(v)}; expected one of {choices_text(choices)}")
         return v
     schema: dict = {"enum": list(choices)}
     if description:
