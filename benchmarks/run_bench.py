@@ -115,7 +115,9 @@ simulates and is sent the Timeline's arrays through a memory file afterwards), 2
 `--large-only --repeats 3`, the tree before (e14ce06) and after run one after the other while
 another agent kept the box loaded (load 2.4-2.8, then 1.9-2.6): before, plots off 1.53x
 [1.31-1.87], plots on 2.36x [1.42-2.39], in turn 2.41x [1.33-2.86]; after, plots off 1.65x
-[1.59-1.73], plots on 1.86x [1.82-2.01], in turn 2.10x [2.07-2.16]. Measured in one process
+[1.59-1.73], plots on 1.86x [1.82-2.01], in turn 2.10x [2.07-2.16]. A second pair right after
+(load 1.1-1.4, then ~1.0): before, plots off 1.72x [1.65-1.86], plots on 2.21x [2.04-2.49], in turn
+2.39x; after, plots off 1.61x [1.60-1.68], plots on 1.71x [1.55-2.30], in turn 2.01x. Measured in one process
 (/tmp scripts, not kept) before the change, the child's critical path was import 0.3 s + timeline
 0.6-0.9 s + dashboard 0.7 s against the parent's 1.1-1.2 s of text writers. Tried and not kept:
 PNG encode at zlib level 1 or as RGB (5-25 ms per chart: Pillow's per-row filter choice
