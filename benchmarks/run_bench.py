@@ -110,6 +110,19 @@ load 0.6-0.8: plots off 1.61x [1.60-1.78], plots on 1.91x [1.77-1.92], in turn 2
 plots the run sits at the 2x line: of the child's ~2 s, matplotlib's import is 0.34 s and the
 dashboard's 350-odd text draws at PP64 about half of its 0.9 s. `--cold-only` then: first
 simulate 66 ms (cached fingerprint), import hops + first simulate 175 ms, warm simulate 6.5 ms.
+Then the chart process forked before the simulation (it imports matplotlib while the run
+simulates and is sent the Timeline's arrays through a memory file afterwards), 2026-12-04 17:05,
+`--large-only --repeats 3`, the tree before (e14ce06) and after run one after the other while
+another agent kept the box loaded (load 2.4-2.8, then 1.9-2.6): before, plots off 1.53x
+[1.31-1.87], plots on 2.36x [1.42-2.39], in turn 2.41x [1.33-2.86]; after, plots off 1.65x
+[1.59-1.73], plots on 1.86x [1.82-2.01], in turn 2.10x [2.07-2.16]. A second pair right after
+(load 1.1-1.4, then ~1.0): before, plots off 1.72x [1.65-1.86], plots on 2.21x [2.04-2.49], in turn
+2.39x; after, plots off 1.61x [1.60-1.68], plots on 1.71x [1.55-2.30], in turn 2.01x. Measured in one process
+(/tmp scripts, not kept) before the change, the child's critical path was import 0.3 s + timeline
+0.6-0.9 s + dashboard 0.7 s against the parent's 1.1-1.2 s of text writers. Tried and not kept:
+PNG encode at zlib level 1 or as RGB (5-25 ms per chart: Pillow's per-row filter choice
+dominates, not deflate), glibc's mmap threshold raised in the fresh child (no difference
+beyond the noise).
 """
 from __future__ import annotations
 

@@ -39,11 +39,21 @@ def test_charts_drawn_alongside_are_the_bytes_drawn_in_turn(tmp_path):
     assert no_children_left()
 
 
-def test_a_full_disk_in_the_chart_process_is_the_callers_oserror_naming_the_file(tmp_path, monkeypatch):
-    def full_disk(summary, timeline, path):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+# The chart process is sent its writers pickled: stand-ins are module-level functions.
+def dashboard_on_a_full_disk(summary, timeline, path):
+    raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(plots, "plot_dashboard", full_disk)
+
+def broken_timeline(timeline, path, title=None):
+    raise ValueError("a chart that cannot be drawn")
+
+
+def slow_timeline(timeline, path, title=None):
+    time.sleep(60)
+
+
+def test_a_full_disk_in_the_chart_process_is_the_callers_oserror_naming_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(plots, "plot_dashboard", dashboard_on_a_full_disk)
     with pytest.raises(OSError) as exc:
         write_outputs(hops.simulate(str(SCENARIO)), tmp_path / "run", charts_alongside=True)
     assert exc.value.errno == errno.ENOSPC
@@ -54,23 +64,17 @@ def test_a_full_disk_in_the_chart_process_is_the_callers_oserror_naming_the_file
 
 
 def test_a_bug_in_the_chart_process_reaches_the_caller_with_its_traceback(tmp_path, monkeypatch):
-    def broken(timeline, path, title=None):
-        raise ValueError("a chart that cannot be drawn")
-
-    monkeypatch.setattr(plots, "plot_timeline", broken)
+    monkeypatch.setattr(plots, "plot_timeline", broken_timeline)
     with pytest.raises(RuntimeError, match=r"(?s)chart process:.*ValueError: a chart that cannot be drawn"):
         write_outputs(hops.simulate(str(SCENARIO)), tmp_path / "run", charts_alongside=True)
     assert no_children_left()
 
 
 def test_when_the_text_writers_fail_first_the_chart_process_is_ended(tmp_path, monkeypatch):
-    def slow(timeline, path, title=None):
-        time.sleep(60)
-
     def full_disk(timeline, path):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(plots, "plot_timeline", slow)
+    monkeypatch.setattr(plots, "plot_timeline", slow_timeline)
     monkeypatch.setattr(outputs, "write_events_csv", full_disk)
     start = time.monotonic()
     with pytest.raises(OSError, match="No space left on device"):
@@ -85,9 +89,31 @@ def test_output_plots_alongside_decides_whether_a_child_draws(tmp_path, monkeypa
 
     started = []
     real = alongside.ChartProcess
-    monkeypatch.setattr(alongside, "ChartProcess", lambda jobs: started.append(1) or real(jobs))
+    monkeypatch.setattr(alongside, "ChartProcess", lambda: started.append(1) or real())
     doc = load_document(SCENARIO)[0]
     doc["output"] = {**(doc.get("output") or {}), "plots_alongside": setting}
     paths = write_outputs(hops.simulate(doc), tmp_path / "run")
     assert bool(started) == forks
     assert {"timeline", "dashboard"} <= set(paths)
+
+
+def test_a_chart_process_started_before_the_simulation_draws_the_bytes_drawn_in_turn(tmp_path):
+    import hops.run.charts_alongside as alongside
+
+    charts = alongside.ChartProcess()  # as hops.run's task starts it: before there is anything to draw
+    early = write_outputs(hops.simulate(str(SCENARIO)), tmp_path / "early", title="t", charts=charts)
+    in_turn = write_outputs(hops.simulate(str(SCENARIO)), tmp_path / "in_turn", title="t", charts_alongside=False)
+    for key in ("timeline", "dashboard"):
+        assert early[key].read_bytes() == in_turn[key].read_bytes(), key
+    assert no_children_left()
+
+
+@pytest.mark.parametrize("output", [{"plots": False}, {"plots_alongside": False}])
+def test_a_chart_process_the_run_does_not_draw_in_is_ended(tmp_path, output):
+    import hops.run.charts_alongside as alongside
+
+    doc = load_document(SCENARIO)[0]
+    doc["output"] = {**(doc.get("output") or {}), **output}
+    paths = write_outputs(hops.simulate(doc), tmp_path / "run", charts=alongside.ChartProcess())
+    assert ("timeline" in paths) == output.get("plots", True)
+    assert no_children_left()

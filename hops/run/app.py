@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,11 @@ def task(cfg) -> float:
     (run_dir / SUMMARY).unlink(missing_ok=True)
     # Sweep jobs run side by side and print one line each: the sweep's own line counts them.
     progress = Progress(enabled=False if multirun else None, bar_format="{desc}[{elapsed}]")
+    charts = None
     try:
         doc, name = scenario_document(cfg, hc)
         catalog = load_catalog(cfg)
+        charts = start_charts(doc)
 
         import warnings
 
@@ -90,12 +93,16 @@ def task(cfg) -> float:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     except HopsError as exc:
         progress.close()
+        if charts is not None:
+            charts.stop()
         src = cfg.get("scenario_file")
         if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
             exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
         return _job_failed(str(exc), hc, run_dir, multirun, exc)
     except BaseException:
         progress.close()
+        if charts is not None:
+            charts.stop()
         raise
     (run_dir / ERROR_FILE).unlink(missing_ok=True)
     sm = result.summary
@@ -106,16 +113,29 @@ def task(cfg) -> float:
     try:
         with progress:  # erased before the summary prints
             paths = write_outputs(result, run_dir, title=title, catalog_overrides=catalog_overrides(cfg),
-                                  progress=progress)
+                                  progress=progress, charts=charts)
     except OSError as exc:  # a full disk, a read-only or occupied output path
         message = user_error_message(exc)
         if message is None:
             raise
         return _job_failed(message, hc, run_dir, multirun, exc)
+    finally:
+        if charts is not None:
+            charts.stop()  # joined by write_outputs, or a failure before it could be
     text = job_line(result.summary, hc, run_dir) if multirun else format_summary(result, name, paths)
     _emit(text, over_progress=multirun)
     _to_job_log(text)
     return float(result.summary["throughput"]["samples_per_s"])
+
+
+def start_charts(doc: dict) -> alongside.ChartProcess | None:
+    """The chart process (hops.run.charts_alongside), forked before the simulation so it imports
+    matplotlib meanwhile, when the scenario's output section says the charts are drawn alongside
+    (write_outputs decides again on the parsed section, and draws in turn or starts one itself)."""
+    out = doc.get("output") or {}
+    if out.get("plots", True) is not True or out.get("plots_alongside") not in (None, True):
+        return None
+    return alongside.ChartProcess() if out.get("plots_alongside") or alongside.available() else None
 
 
 def _job_failed(message: str, hc, run_dir: Path, multirun: bool, exc: BaseException) -> float:
@@ -244,13 +264,16 @@ def load_catalog(cfg):
 
 
 def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overrides: dict | None = None,
-                  progress: Progress | None = None, charts_alongside: bool | None = None) -> dict[str, Path]:
+                  progress: Progress | None = None, charts_alongside: bool | None = None,
+                  charts: alongside.ChartProcess | None = None) -> dict[str, Path]:
     """Every output of a run, each renamed into place once complete, summary.json last.
 
     A directory without summary.json is an interrupted (or failed) run, never a complete one.
     `progress` is told which file is being written (of how many). `charts_alongside`: draw the
     PNGs in a forked child while this process writes the rest (hops.run.charts_alongside);
     None: as `output.plots_alongside` says, and where that is null, wherever it is available.
+    `charts`: that child, already started (`start_charts`, before the simulation); it is ended
+    here in every case, used or not.
     """
     from hops.outputs import files as outputs
 
@@ -262,16 +285,15 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
         plan.append(("events", "events.csv", lambda p: outputs.write_events_csv(tl, p)))
     # exactly what ran: re-run with scenario_file=<this>
     plan.append(("scenario", "scenario.yaml", _scenario_yaml(result.scenario.raw, catalog_overrides)))
-    if out.get("plots", True):
+    if out.get("plots", True):  # partials, not lambdas: a chart process is sent them pickled
         from hops.outputs.plots import plot_dashboard, plot_timeline  # cheap: matplotlib loads when one draws
 
-        plan.append(("timeline", "timeline.png", lambda p: plot_timeline(tl, p, title=title)))
-        plan.append(("dashboard", "dashboard.png",  # names scenario + schedule
-                     lambda p: plot_dashboard(result.summary, tl, p)))
+        plan.append(("timeline", "timeline.png", partial(plot_timeline, tl, title=title)))
+        plan.append(("dashboard", "dashboard.png", partial(plot_dashboard, result.summary, tl)))  # names scenario + schedule
         if result.extras.get("horizon") is not None:
             from hops.outputs.plots.progress import plot_progress
 
-            plan.append(("progress", "progress.png", lambda p: plot_progress(result.extras["horizon"], p, title=title)))
+            plan.append(("progress", "progress.png", partial(plot_progress, result.extras["horizon"], title=title)))
     if out.get("chrome_trace", True):
         gz = bool(out.get("chrome_trace_gz", False))
 
@@ -281,17 +303,19 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
                      lambda p: write_chrome_trace(tl, p, compress=gz)))
     paths: dict[str, Path] = {"summary": run_dir / outputs.SUMMARY}  # listed first, written last
     total = len(plan) + 1
-    charts = None
     if charts_alongside is None:
         charts_alongside = out.get("plots_alongside")
     if charts_alongside is None:
         charts_alongside = alongside.available()
-    if charts_alongside and any(name.endswith(".png") for _, name, _ in plan):
-        jobs = [(key, lambda name=name, writer=writer: outputs.write_with(run_dir / name, writer))
-                for key, name, writer in plan if name.endswith(".png")]
-        plan = [job for job in plan if not job[1].endswith(".png")]
-        charts = alongside.ChartProcess(jobs)
     try:
+        if charts_alongside and any(name.endswith(".png") for _, name, _ in plan):
+            charts = charts or alongside.ChartProcess()
+            charts.draw([(key, partial(outputs.write_with, run_dir / name, writer))
+                         for key, name, writer in plan if name.endswith(".png")])
+            plan = [job for job in plan if not job[1].endswith(".png")]
+        elif charts is not None:  # started before the simulation, for charts this run does not draw there
+            charts.stop()
+            charts = None
         for i, (key, name, writer) in enumerate(plan, 1):
             if progress is not None:
                 progress.phase(f"hops: writing {name} ({i} of {total} files, {len(tl):,} events"
