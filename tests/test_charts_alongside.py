@@ -83,10 +83,13 @@ def test_when_the_text_writers_fail_first_the_chart_process_is_ended(tmp_path, m
     assert no_children_left()
 
 
-@pytest.mark.parametrize("setting,forks", [(False, False), (True, True)])
-def test_output_plots_alongside_decides_whether_a_child_draws(tmp_path, monkeypatch, setting, forks):
+@pytest.mark.parametrize("setting,supported,forks", [(False, True, False), (True, True, True), (True, False, False)])
+def test_output_plots_alongside_decides_whether_a_child_draws(tmp_path, monkeypatch, setting, supported, forks):
+    """true asks for the child even on one core; where the platform has no fork or memory
+    files (macOS, Windows) the charts are drawn in turn instead."""
     import hops.run.charts_alongside as alongside
 
+    monkeypatch.setattr(alongside, "supported", lambda: supported)
     started = []
     real = alongside.ChartProcess
     monkeypatch.setattr(alongside, "ChartProcess", lambda: started.append(1) or real())

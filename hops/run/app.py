@@ -135,7 +135,8 @@ def start_charts(doc: dict) -> alongside.ChartProcess | None:
     out = doc.get("output") or {}
     if out.get("plots", True) is not True or out.get("plots_alongside") not in (None, True):
         return None
-    return alongside.ChartProcess() if out.get("plots_alongside") or alongside.available() else None
+    wanted = out.get("plots_alongside") or alongside.available()
+    return alongside.ChartProcess() if wanted and alongside.supported() else None
 
 
 def _job_failed(message: str, hc, run_dir: Path, multirun: bool, exc: BaseException) -> float:
@@ -307,6 +308,7 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
         charts_alongside = out.get("plots_alongside")
     if charts_alongside is None:
         charts_alongside = alongside.available()
+    charts_alongside = charts_alongside and alongside.supported()  # elsewhere `true` draws in turn
     try:
         if charts_alongside and any(name.endswith(".png") for _, name, _ in plan):
             charts = charts or alongside.ChartProcess()

@@ -31,11 +31,14 @@ from typing import Callable, Sequence
 ALIGN = 64  # each array's bytes start on a cache line in the memory file, as numpy's own allocations do
 
 
+def supported() -> bool:
+    """Whether this platform can run the chart process at all: Linux's fork and memory files."""
+    return sys.platform == "linux" and hasattr(os, "fork") and hasattr(os, "memfd_create")
+
+
 def available() -> bool:
-    """Whether the charts can be drawn alongside: Linux, and a second usable core."""
-    if sys.platform != "linux" or not hasattr(os, "fork") or not hasattr(os, "memfd_create"):
-        return False
-    return len(os.sched_getaffinity(0)) >= 2
+    """Whether the charts are best drawn alongside: supported, and a second usable core."""
+    return supported() and len(os.sched_getaffinity(0)) >= 2
 
 
 class ChartProcess:

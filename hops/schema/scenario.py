@@ -338,7 +338,8 @@ class OutputModel(Section):
     chrome_trace: Bool = True
     chrome_trace_gz: Bool = False  # write trace.json.gz instead (Perfetto opens it)
     # the PNGs drawn in a forked child while the text outputs are written (hops.run.charts_alongside);
-    # null: where Linux and a second usable core allow it; false: in turn, in the run's process
+    # null: where Linux and a second usable core allow it; false: in turn, in the run's process;
+    # true: alongside even on one core (in turn where the platform has no fork or memory files)
     plots_alongside: Bool | None = None
     mlflow: Bool = False  # log the run (or each sweep job) to MLflow; acted on by the run app only
     paths: OutputPathsModel = section_defaults()
