@@ -211,8 +211,9 @@ CASES = (
                      "source, not re-read here: (v-1)p + (p-1-d) warm-up forwards, B and W apart, device d's W's d "
                      "steps late, so every rank holds 16 chunk activations",
                      "p2p not overlapped (stack_options p2p_overlap: false, stated: megatron_core overlaps only "
-                     "Megatron's own interleaved order): torch.distributed.pipelining waits for each step's batched sends and "
-                     "receives before its next action (as recalled from its source, not re-read here)",
+                     "Megatron's own interleaved order): torch.distributed.pipelining waits for each step's "
+                     "batched sends and receives before its next action (as recalled from its source, not "
+                     "re-read here)",
                      "the published tokens/s are per GPU: torchtitan's logged throughput divides by the "
                      "pipeline's GPUs (as recalled); if they were the pipeline's total, HOPS's absolute "
                      "over-prediction below would be 8 times larger",

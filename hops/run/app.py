@@ -290,7 +290,8 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
         from hops.outputs.plots import plot_dashboard, plot_timeline  # cheap: matplotlib loads when one draws
 
         plan.append(("timeline", "timeline.png", partial(plot_timeline, tl, title=title)))
-        plan.append(("dashboard", "dashboard.png", partial(plot_dashboard, result.summary, tl)))  # names scenario + schedule
+        plan.append(("dashboard", "dashboard.png",  # names scenario + schedule
+                     partial(plot_dashboard, result.summary, tl)))
         if result.extras.get("horizon") is not None:
             from hops.outputs.plots.progress import plot_progress
 
