@@ -705,6 +705,8 @@ class Planner3D:
         self.stack, self.sharding, self.cross_node = stack or DEFAULT_STACK, sharding, cross_node
         self.stack_options = dict(stack_options or {})
         self.max_pipeline, self.max_orders, self.span, self.exact_limit = max_pipeline, max_orders, span, exact_limit
+        # a mixture of experts spread over e data-parallel replicas: only multiples of e are plans
+        self.expert_parallel = int((self.model.get("moe") or {}).get("expert_parallel") or 1)
         self._check()
         probe = self.base_doc()
         probe["pipeline"]["stages"] = [{"device": "p", "layers": self.model["layers"]}]
@@ -727,12 +729,6 @@ class Planner3D:
                                                             f"{', '.join(self.catalog.hosts)}")
         if not self.pools:
             raise ScenarioError("inventory", "expected at least one pool of nodes")
-        moe = self.model.get("moe") or {}
-        if (moe.get("expert_parallel") or 1) > 1:
-            raise ScenarioError("model.moe.expert_parallel", f"got {moe['expert_parallel']}; the planner searches the "
-                                                             f"data-parallel degree and does not place experts over "
-                                                             f"it: expected 1 here (simulate a scenario for expert "
-                                                             f"parallelism)")
         for key in ("layers", "hidden_dim", "heads", "seq_len"):
             if not self.model.get(key):
                 raise ScenarioError(f"model.{key}", "missing; the planner needs the architecture's layers, "
@@ -748,7 +744,8 @@ class Planner3D:
                 "pipeline": {"schedule": "1f1b", "stack": self.stack, "stack_options": dict(self.stack_options),
                              "model": dict(self.model), "stages": []},
                 "hardware": {"devices": [], "interconnect": {"cross_node": self.cross_node}},
-                "optimizer": {"enabled": True, "data_parallel": {"degree": 1, "sharding": self.sharding}}}
+                "optimizer": {"enabled": True, "data_parallel": {"degree": self.expert_parallel,
+                                                                 "sharding": self.sharding}}}
 
     def tp_options(self, k: int) -> list[int]:
         pool = self.pools[k]
@@ -762,11 +759,16 @@ class Planner3D:
         return out
 
     def dp_options(self, dp: int | None = None) -> list[int]:
-        """Degrees that split the batch into whole microbatches and that some pool can host."""
+        """Degrees that split the batch into whole microbatches, that some pool can host, and that
+        a mixture of experts' expert parallelism divides."""
         from hops.errors import ScenarioError
 
         rows = self.global_batch // self.micro_batch_size
         most = max(p.gpus for p in self.pools)
+        e = self.expert_parallel
+        if dp is not None and dp % e:
+            raise ScenarioError("training.data_parallel", f"degree {dp}: expected a multiple of "
+                                                          f"model.moe.expert_parallel ({e})")
         if dp is not None:
             if dp > most or self.global_batch % self.micro_batch_size or rows % dp:
                 have = ", ".join(f"{p.gpus} x {p.gpu}" for p in self.pools)
@@ -775,7 +777,7 @@ class Planner3D:
                                     f"of {rows} micro-batches per step; expected a degree of at most {most} that "
                                     f"divides global_batch / micro_batch_size")
             return [dp]
-        return [d for d in range(1, most + 1) if rows % d == 0 and self.global_batch % self.micro_batch_size == 0]
+        return [d for d in range(e, most + 1, e) if rows % d == 0 and self.global_batch % self.micro_batch_size == 0]
 
     def table(self, k: int, tp: int) -> _GroupTable:
         key = (k, tp)

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import hops
 from hops.errors import HopsError, ScenarioError
 from hops.planner import Planner3D, Pool
 
@@ -137,7 +138,6 @@ def test_a_dp_degree_the_inventory_cannot_supply_is_refused_naming_the_field():
     ("inventory[0].gpu", (Pool("gb9000", nodes=1),), TINY),
     ("inventory[0].host", (Pool("a100", nodes=1, host="dgx_z"),), TINY),
     ("model.heads", POOLS, {k: v for k, v in TINY.items() if k != "heads"}),
-    ("model.moe.expert_parallel", POOLS, {**TINY, "moe": {"experts": 4, "top_k": 1, "expert_parallel": 2}}),
 ])
 def test_bad_requests_name_the_field(field, pools, model):
     with pytest.raises(ScenarioError, match=f"^{field.replace('[', '.').replace(']', '.')}"):
@@ -198,3 +198,20 @@ def test_a_mixture_of_experts_without_expert_parallelism_is_planned_by_its_activ
     dense, mixed = (Planner3D(m, POOLS, global_batch=8).plan(dp=1, verify=False).best for m in (TINY, moe))
     assert mixed.samples_per_s < dense.samples_per_s
     assert max(mixed.memory_mb) > max(dense.memory_mb)
+
+
+def test_an_expert_parallel_model_is_planned_only_over_multiples_of_its_expert_parallelism():
+    """The experts spread over e data-parallel replicas: every candidate's DP degree is a multiple
+    of e, the best plan's scenario says so and simulates, and a fixed degree that e does not
+    divide is a one-line error naming training.data_parallel."""
+    moe = {**TINY, "moe": {"experts": 4, "top_k": 2, "expert_parallel": 2}}
+    pl = Planner3D(moe, POOLS, global_batch=8)
+    assert {d for d, _ in pl.configurations()} <= {2, 4, 6}
+    best = pl.plan(verify=False).best
+    assert best.dp % 2 == 0
+    doc = pl.scenario(best)
+    assert doc["optimizer"]["data_parallel"]["degree"] == best.dp
+    assert hops.simulate(doc).summary["throughput"]["samples_per_s"] > 0
+    with pytest.raises(ScenarioError, match=r"^training\.data_parallel: degree 1: expected a multiple of "
+                                            r"model\.moe\.expert_parallel \(2\)$"):
+        pl.plan(dp=1, verify=False)
