@@ -117,7 +117,7 @@ def data_parallel_ms(scenario, catalog, topology, backward_ms=None, forward_ms=N
         weights_mb = st.weights_mb / st.tp  # one GPU's share of the stage
         parts = [(weights_mb, d)]
         if e > 1 and st.layers:
-            experts_mb = min(st.layers * arch.routed_expert_params() * nbytes / 1e6 / st.tp, weights_mb)
+            experts_mb = min(arch.routed_experts_mb(st.layers, nbytes) / st.tp, weights_mb)
             parts = [(weights_mb - experts_mb, d), (experts_mb, d // e)]
         reduce = gather = 0.0
         for mb, n in parts:

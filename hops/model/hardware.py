@@ -35,6 +35,7 @@ FLASH_KEYS = ("flash_efficiency_forward", "flash_efficiency_backward", "flash_ba
               "flash_causal_flop_share")
 UNFUSED_KEYS = ("attention_bytes_forward", "attention_bytes_backward")
 PER_GPU_KEYS = ("launch_overhead_ms", "k_floor_ms", "k_floor_backward_ms")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")  # a run's; fp8 only on GPUs with FP8 tensor cores
 HOST_KEYS = ("host_network_gbps", "same_type_allreduce_gbps", "same_type_stall_ms", "same_type_stall_rate", "gpu_link")
 
 
@@ -314,7 +315,7 @@ class DeviceParams:
 def supported_precisions(gpu: Mapping[str, Any]) -> tuple[str, ...]:
     """A GPU preset's run precisions: its `precisions` where it lacks one (Volta: no bf16), fp8
     only where it has FP8 tensor cores (`peak_tflops_fp8`)."""
-    base = tuple(gpu.get("precisions", ("bf16", "fp16", "fp32")))
+    base = tuple(gpu.get("precisions", [p for p in PRECISIONS if p != "fp8"]))
     return base + ("fp8",) if "peak_tflops_fp8" in gpu else base
 
 

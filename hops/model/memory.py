@@ -45,8 +45,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
                     m["activation_bytes_per_token_hidden"] / 1e6
             else:
                 act = msg_mb
-        experts = (min(st.layers * sc.architecture.routed_expert_params() * nbytes / 1e6, weights[i])
-                   if e > 1 and st.layers else 0.0)
+        experts = min(sc.architecture.routed_experts_mb(st.layers, nbytes), weights[i]) if e > 1 and st.layers else 0.0
         opt = ((weights[i] - experts) / state_share + experts / expert_share) * m["optimizer_bytes_per_weight_byte"] \
             if sc.optimizer_enabled else 0.0
         held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each

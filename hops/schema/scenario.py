@@ -13,12 +13,11 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from hops.errors import echo
-from hops.model.hardware import STACK_CHOICES
+from hops.model.hardware import PRECISIONS, STACK_CHOICES
 from hops.schema.failure import FailureModel
 from hops.schema.fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, Choice, DictOf, Int,
                                 ListOf, Num, Section, Str, check_number, closed_mapping, fail, section_defaults, show)
 
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 SHARDINGS = ("none", "zero1", "fsdp")
 DEFAULT_STACK = "megatron_core"  # a user scenario's training stack unless it names one (hops/presets/stacks.yaml)
 DIST_KINDS = {
