@@ -116,11 +116,9 @@ def unseen_fallbacks(data: list[StagePhases], params: list[Param]) -> dict[str, 
     """Per-GPU constants of GPUs no stage of `data` runs on, and what a GPU without them gets.
 
     Such a constant has no residual, so a fit cannot move it. A stack gives a GPU without its own
-    dispatch floors its `default` forward floor, for the backward too (hops/model/compute.py); that is
-    what a GPU the fit never saw runs with. Per-GPU paths read ``stacks.<stack>.<key>.<gpu>``.
     dispatch floors its `default` forward floor, for the backward too, and without its own launch
-    cost its `default` launch (hops/hardware.py per_gpu); that is what a GPU the fit never saw
-    runs with. Per-GPU paths read ``stacks.<stack>.<key>.<gpu>``.
+    cost its `default` launch (hops/model/hardware.py per_gpu); that is what a GPU the fit never
+    saw runs with. Per-GPU paths read ``stacks.<stack>.<key>.<gpu>``.
     """
     seen = {g for d in data for g in d.gpus}
     stacks = Catalog.load().stacks
