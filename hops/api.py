@@ -67,6 +67,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
     summary.update({
         "schedule": sc.schedule,
         "scheduler_effective": getattr(getattr(res.scheduler, "chosen", None), "name", res.scheduler.name),
+        "virtual_stages": res.extras["virtual_stages"],  # model chunks per stage that ran (virtual_stages: auto)
         "seed": seed,
         "stages": [{"stage": i, "device": st.device, "gpu": topo.devices[st.device].gpu,
                     "expected_ms": {"F": e.f, "B": e.b, "W": e.w, "BW": e.bw}, "layers": e.layers,

@@ -255,7 +255,9 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         optimizer_enabled=opt.enabled, optimizer_step_ms=step_ms, dp_degree=opt.data_parallel.degree,
         dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, dp_sharding=opt.data_parallel.sharding,
         failure=failure, output=output,
-        raw=raw, notes=notes, virtual_stages=pipe.virtual_stages, post_validation=opt.post_validation,
+        raw=raw, notes=notes, post_validation=opt.post_validation,
+        virtual_stages=(getattr(scheduler, "default_virtual_stages", 1) if pipe.virtual_stages == "auto"
+                        else pipe.virtual_stages),
         stack=stack, stack_options=stack_options, architecture=arch,
     )
     if auto:

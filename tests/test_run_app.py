@@ -379,6 +379,15 @@ def test_multirun_joblib_two_jobs_one_table(tmp_path):
     assert "sweep_results.csv" in proc.stdout
 
 
+def test_one_sweep_compares_schedules_of_one_and_of_two_chunks(tmp_path):
+    """pipeline.virtual_stages is `auto` by default: each job runs its schedule's own chunks."""
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "pipeline.schedule=1f1b,zb_v", "output.plots=false", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr
+    rows = check_sweep(sweep, 2, "pipeline.schedule", ["1f1b", "zb_v"])
+    assert [r["virtual_stages"] for r in rows] == ["1", "2"]
+
+
 def test_multirun_submitit_local(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     sweep = tmp_path / "sweep"

@@ -93,6 +93,30 @@ def test_virtual_stages_with_a_one_chunk_schedule_is_an_error_naming_the_field()
         hops.simulate(sc)
 
 
+@pytest.mark.parametrize("schedule,chunks", [("1f1b", 1), ("zb_h1", 1), ("zb_v", 2), ("interleaved_1f1b", 2),
+                                             ("interleaved_zb", 2)])
+def test_without_virtual_stages_each_schedule_runs_its_own_chunks_and_the_summary_says_so(schedule, chunks):
+    """The default `auto`: one sweep over schedules of one and of two chunks needs no per-job setting."""
+    sc = pipeline(4, 8, schedule=schedule)
+    sc["overrides"]["links"] = [{"src": f"g{i}", "dst": f"g{j}", "latency_ms": 0.0, "bandwidth_gbps": 1e12}
+                                for i in range(4) for j in range(4) if i != j]
+    assert "virtual_stages" not in sc["pipeline"]
+    auto = hops.simulate(sc)
+    assert auto.summary["virtual_stages"] == chunks
+    sc["pipeline"]["virtual_stages"] = chunks
+    assert hops.simulate(sc).timeline.end_ms.max() == auto.timeline.end_ms.max()
+
+
+@pytest.mark.parametrize("value", ["automatic", 0, -1, 1.5, True, "2"])
+def test_virtual_stages_is_an_integer_or_auto_and_says_so(value):
+    sc = pipeline(4, 8, schedule="1f1b")
+    sc["pipeline"]["virtual_stages"] = value
+    with pytest.raises(hops.HopsError) as err:
+        hops.simulate(sc)
+    assert str(err.value).startswith("pipeline.virtual_stages: expected an integer >= 1 or auto, got ")
+    assert "\n" not in str(err.value)
+
+
 # The analytical cases run on the fixtures' stack, whose launch adds to every chunk and whose
 # embedding overhead marks the chunk that runs the embedding.
 STACK = "fixture_megatron"

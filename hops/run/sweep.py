@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover
 
 METRICS = ("samples_per_s", "microbatches_per_s", "iterations_per_s", "bubble_ratio", "makespan_ms",
            "latency_p50_ms", "latency_p99_ms", "peak_memory_max_mb", "peak_memory_device", "memory_over_capacity",
-           "slowest_stage", "schedule", "scheduler_effective", "seed")
+           "slowest_stage", "schedule", "scheduler_effective", "virtual_stages", "seed")
 
 
 class SweepError(HopsError):
@@ -189,6 +189,7 @@ def headline(summary: dict) -> dict:
         "slowest_stage": f"{worst['stage']}:{worst['device']}" if worst else None,
         "schedule": summary.get("schedule"),
         "scheduler_effective": summary.get("scheduler_effective"),
+        "virtual_stages": summary.get("virtual_stages"),
         "seed": summary.get("seed"),
     }
 

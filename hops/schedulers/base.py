@@ -112,6 +112,10 @@ class Scheduler:
     # True only for Megatron's interleaved 1F1B: the stack's `p2p_overlap: interleaved` (Megatron's
     # default) overlaps its p2p with the next chunk and no other schedule's.
     megatron_interleaved = False
+    # What `pipeline.virtual_stages: auto` (the default) runs: the fewest model chunks per stage
+    # the schedule takes, so that a sweep over schedules of one and of two chunks needs no
+    # per-job setting. An explicit number is the user's and is checked by `placement`.
+    default_virtual_stages = 1
 
     def __init__(self, **options: Any):
         self.options = options

@@ -25,6 +25,7 @@ from hops.errors import ScenarioError
 
 class Interleaved1F1B(DeviceOrderScheduler):
     name = "interleaved_1f1b"
+    default_virtual_stages = 2  # the fewest Megatron interleaves; v is the user's choice beyond that
     option_names = ("warmup",)
     WARMUPS = ("megatron", "pytorch")
 

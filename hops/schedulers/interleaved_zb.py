@@ -37,6 +37,7 @@ from hops.schedulers.interleaved import Interleaved1F1B
 
 class InterleavedZeroBubble(DeviceOrderScheduler):
     name = "interleaved_zb"
+    default_virtual_stages = 2
     option_names = ()
     split_backward = True
 

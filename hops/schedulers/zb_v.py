@@ -261,6 +261,7 @@ class ZBV(DeviceOrderScheduler):
     """ZB-V: 1F1B's activation memory on every device, for twice the pipeline messages."""
 
     name = "zb_v"
+    default_virtual_stages = 2
     option_names = ("max_in_flight",)
     split_backward = True
     post_validation = True

@@ -110,6 +110,23 @@ Layers = Annotated[Any, BeforeValidator(_layers), WithJsonSchema({
     "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "auto"}]})]
 
 
+def _virtual_stages(v: Any):
+    """Model chunks per stage: an integer >= 1, or `auto`, the schedule's own (its
+    `default_virtual_stages`), so that one sweep can cover schedules of one and of two chunks."""
+    if v == "auto":
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 1:
+        raise fail(f"expected an integer >= 1 or auto, got {show(v)}")
+    return int(v)
+
+
+VirtualStages = Annotated[Any, BeforeValidator(_virtual_stages), WithJsonSchema({
+    "description": "model chunks per stage (interleaved 1F1B's v), or auto: the schedule's own (2 for zb_v, "
+                   "interleaved_1f1b and interleaved_zb, 1 for the others; hetero_search: 1 lets it choose the "
+                   "placement, 2 plans the V only)",
+    "anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]})]
+
+
 class StageModel(Section):
     device: Str(description="a hardware.devices id (one GPU); or give devices") | None = None
     devices: ListOf(Str(nonempty=True)) | None = Field(
@@ -241,7 +258,7 @@ class PipelineModel(Section):
     activation_mb: Num(gt=0) | None = None
     compute_jitter: Num(ge=0) = 0.0
     host_overhead: DistributionModel | None = None
-    virtual_stages: Int(ge=1) = 1  # model chunks per stage (interleaved 1F1B's v; 2 for zb_v; 2 makes hetero_search plan the V only)
+    virtual_stages: VirtualStages = "auto"
 
 
 class DeviceModel(Section):
