@@ -68,6 +68,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "schedule": sc.schedule,
         "scheduler_effective": getattr(getattr(res.scheduler, "chosen", None), "name", res.scheduler.name),
         "virtual_stages": res.extras["virtual_stages"],  # model chunks per stage that ran (virtual_stages: auto)
+        "post_validation": sc.post_validation,  # whether the optimizer barrier was lifted (post_validation: auto)
         "seed": seed,
         "stages": [{"stage": i, "device": st.device, "gpu": topo.devices[st.device].gpu,
                     "expected_ms": {"F": e.f, "B": e.b, "W": e.w, "BW": e.bw}, "layers": e.layers,

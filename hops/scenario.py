@@ -187,12 +187,14 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                       f"unknown option for scheduler {echo(schedule)}; expected one of {', '.join(accepted)}"
                       if accepted else f"scheduler {echo(schedule)} takes no options", src)
 
-    if opt.post_validation and not getattr(scheduler, "post_validation", False):
+    honours = bool(getattr(scheduler, "post_validation", False))
+    post_validation = honours if opt.post_validation == "auto" else opt.post_validation
+    if post_validation and not honours:
         from hops.schedulers import honouring_post_validation
 
         _fail("optimizer.post_validation", f"schedule {schedule!r} ignores it (it keeps the barrier before the "
-                                           f"optimizer step); expected one of {', '.join(honouring_post_validation())} "
-                                           "or post_validation: false", src)
+                                           f"optimizer step); expected one of {', '.join(honouring_post_validation())}, "
+                                           "or post_validation: false, or auto (only where a schedule honours it)", src)
 
     interconnects = tuple(catalog.interconnects)
     same_node = _choice(hw.interconnect.same_node, "hardware.interconnect.same_node", interconnects, src)
@@ -255,7 +257,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         optimizer_enabled=opt.enabled, optimizer_step_ms=step_ms, dp_degree=opt.data_parallel.degree,
         dp_algorithm=opt.data_parallel.algorithm, dp_interconnect=dp_ic, dp_sharding=opt.data_parallel.sharding,
         failure=failure, output=output,
-        raw=raw, notes=notes, post_validation=opt.post_validation,
+        raw=raw, notes=notes, post_validation=post_validation,
         virtual_stages=(getattr(scheduler, "default_virtual_stages", 1) if pipe.virtual_stages == "auto"
                         else pipe.virtual_stages),
         stack=stack, stack_options=stack_options, architecture=arch,

@@ -117,7 +117,30 @@ def test_a_schedule_that_keeps_the_barrier_refuses_post_validation_in_one_line(s
         hops.simulate(sc)
     assert str(err.value) == (f"optimizer.post_validation: schedule {schedule!r} ignores it (it keeps the barrier "
                               "before the optimizer step); expected one of hetero_search, zb_1p, zb_2p, zb_auto, zb_h1, "
-                              "zb_h2, zb_v, zero_bubble or post_validation: false")
+                              "zb_h2, zb_v, zero_bubble, or post_validation: false, or auto (only where a schedule "
+                              "honours it)")
+
+
+@pytest.mark.parametrize("schedule,honours", [("1f1b", False), ("gpipe", False), ("zb_h1", True), ("zb_v", True),
+                                              ("interleaved_1f1b", False), ("hetero_search", True)])
+def test_post_validation_auto_is_on_where_a_schedule_honours_it_and_the_barrier_elsewhere(schedule, honours):
+    """So one sweep compares post-validated ZB schedules with the schedules that keep the barrier."""
+    sc = pipeline(4, 8, schedule=schedule, split=0.5)
+    sc["optimizer"]["post_validation"] = "auto"
+    auto = hops.simulate(sc)
+    sc["optimizer"]["post_validation"] = honours
+    same = hops.simulate(sc)
+    assert auto.scenario.post_validation is honours
+    assert auto.timeline.end_ms.max() == same.timeline.end_ms.max()
+
+
+@pytest.mark.parametrize("value", ["yes", 1, "on"])
+def test_post_validation_is_true_false_or_auto_and_says_so(value):
+    sc = pipeline(4, 8, schedule="zb_h1", split=0.5)
+    sc["optimizer"]["post_validation"] = value
+    with pytest.raises(hops.ScenarioError) as err:
+        hops.simulate(sc)
+    assert str(err.value).startswith("optimizer.post_validation: expected true, false or auto, got ")
 
 
 def test_interleaved_refuses_post_validation_too():

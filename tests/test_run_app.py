@@ -379,13 +379,16 @@ def test_multirun_joblib_two_jobs_one_table(tmp_path):
     assert "sweep_results.csv" in proc.stdout
 
 
-def test_one_sweep_compares_schedules_of_one_and_of_two_chunks(tmp_path):
-    """pipeline.virtual_stages is `auto` by default: each job runs its schedule's own chunks."""
+def test_one_sweep_compares_schedules_of_one_and_of_two_chunks_post_validated_where_they_can_be(tmp_path):
+    """pipeline.virtual_stages is `auto` by default: each job runs its schedule's own chunks; with
+    optimizer.post_validation=auto, ZB-V drops the barrier and 1F1B keeps it."""
     sweep = tmp_path / "sweep"
-    proc = cli("-m", "pipeline.schedule=1f1b,zb_v", "output.plots=false", f"hydra.sweep.dir={sweep}")
+    proc = cli("-m", "pipeline.schedule=1f1b,zb_v", "optimizer.post_validation=auto", "output.plots=false",
+               f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr
     rows = check_sweep(sweep, 2, "pipeline.schedule", ["1f1b", "zb_v"])
     assert [r["virtual_stages"] for r in rows] == ["1", "2"]
+    assert [r["post_validation"] for r in rows] == ["False", "True"]
 
 
 def test_multirun_submitit_local(tmp_path):

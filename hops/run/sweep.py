@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover
 
 METRICS = ("samples_per_s", "microbatches_per_s", "iterations_per_s", "bubble_ratio", "makespan_ms",
            "latency_p50_ms", "latency_p99_ms", "peak_memory_max_mb", "peak_memory_device", "memory_over_capacity",
-           "slowest_stage", "schedule", "scheduler_effective", "virtual_stages", "seed")
+           "slowest_stage", "schedule", "scheduler_effective", "virtual_stages", "post_validation", "seed")
 
 
 class SweepError(HopsError):
@@ -190,6 +190,7 @@ def headline(summary: dict) -> dict:
         "schedule": summary.get("schedule"),
         "scheduler_effective": summary.get("scheduler_effective"),
         "virtual_stages": summary.get("virtual_stages"),
+        "post_validation": summary.get("post_validation"),
         "seed": summary.get("seed"),
     }
 

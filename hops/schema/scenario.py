@@ -317,12 +317,25 @@ class DataParallelModel(Section):
     interconnect: Str(description="an interconnect preset") | None = None
 
 
+def _post_validation(v: Any):
+    """true, false, or `auto`: post-validate every schedule that honours it and keep the barrier
+    for the others, so that one sweep can compare post-validated ZB schedules with 1F1B."""
+    if v == "auto" or isinstance(v, bool):
+        return v
+    raise fail(f"expected true, false or auto, got {show(v)}")
+
+
+PostValidation = Annotated[Any, BeforeValidator(_post_validation), WithJsonSchema({
+    "description": "the Zero Bubble paper's optimizer post-validation: each stage steps without the cross-stage "
+                   "barrier, so iterations overlap; honoured by zb_h1, zb_h2, zb_v, zb_1p, zb_2p, zb_auto, "
+                   "zero_bubble and hetero_search; auto: on for those, the barrier for the others",
+    "anyOf": [{"type": "boolean"}, {"const": "auto"}]})]
+
+
 class OptimizerModel(Section):
     enabled: Bool = False
     step_ms: StepMs | None = None
-    post_validation: Bool = Field(False, description="the Zero Bubble paper's optimizer post-validation: each "
-                                  "stage steps without the cross-stage barrier, so iterations overlap; honoured by "
-                                  "zb_h1, zb_h2, zb_v, zb_1p, zb_2p, zb_auto, zero_bubble and hetero_search")
+    post_validation: PostValidation = False
     data_parallel: DataParallelModel = section_defaults()
 
 
