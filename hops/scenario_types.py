@@ -120,6 +120,11 @@ class Scenario:
     def n_stages(self) -> int:
         return len(self.stages)
 
+    @property
+    def expert_parallel(self) -> int:
+        """Ranks a mixture of experts' routed experts are spread over (1: a dense model)."""
+        return self.architecture.expert_parallel if self.architecture is not None else 1
+
     def device(self, device_id: str) -> DeviceSpec:
         return next(d for d in self.devices if d.id == device_id)
 

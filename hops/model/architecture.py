@@ -144,10 +144,11 @@ class Architecture:
         b = layers * micro_batch
         return b * self.dense_flops() / 1e12, b * self.attention_flops() / 1e12, b * self.elementwise_bytes() / 1e6
 
-    def routed_experts_mb(self, layers: float, bytes_per_element: float) -> float:
-        """The routed experts' share of a stage's weights on one rank of the expert-parallel group
-        (before tensor parallelism): what reduces and shards over only the replicas holding them."""
-        return layers * self.routed_expert_params() * bytes_per_element / 1e6
+    def routed_experts_mb(self, layers: float, bytes_per_element: float, weights_mb: float) -> float:
+        """The routed experts' share of a stage's `weights_mb` on one rank of the expert-parallel
+        group: what reduces and shards over only the replicas holding them. At most the whole
+        figure, which a scenario may state smaller than the architecture's count."""
+        return min(layers * self.routed_expert_params() * bytes_per_element / 1e6, weights_mb)
 
     def stage_weights_mb(self, layers: float, vocab_matrices: int, bytes_per_element: float) -> float:
         """Weights of a stage: its layers and the h x V matrices it holds (vocab_matrices())."""

@@ -69,8 +69,7 @@ def expert_parallel_ms(scenario, catalog, device, layers: float, tp: int) -> flo
     parallelism. Assumptions: balanced routing, and nothing hides the all-to-alls (Megatron's
     default; DeepSeek-V3's DualPipe overlaps them, which HOPS does not model).
     """
-    arch = scenario.architecture
-    e = arch.expert_parallel if arch is not None else 1
+    arch, e = scenario.architecture, scenario.expert_parallel
     if e <= 1:
         return 0.0
     m = catalog.scenario_constants(scenario)
@@ -109,15 +108,14 @@ def data_parallel_ms(scenario, catalog, topology, backward_ms=None, forward_ms=N
     m = catalog.scenario_constants(scenario)
     nbytes = m["bytes_per_element"][scenario.precision]
     overlap = bool(m["dp_overlap_grad_reduce"])
-    arch = scenario.architecture
-    e = arch.expert_parallel if arch is not None else 1
+    e = scenario.expert_parallel
     out = []
     for i, st in enumerate(scenario.stages):
         bw, lat = data_parallel_link(scenario, catalog, topology.devices[st.device])
         weights_mb = st.weights_mb / st.tp  # one GPU's share of the stage
         parts = [(weights_mb, d)]
         if e > 1 and st.layers:
-            experts_mb = min(arch.routed_experts_mb(st.layers, nbytes) / st.tp, weights_mb)
+            experts_mb = scenario.architecture.routed_experts_mb(st.layers, nbytes, st.weights_mb) / st.tp
             parts = [(weights_mb - experts_mb, d), (experts_mb, d // e)]
         reduce = gather = 0.0
         for mb, n in parts:

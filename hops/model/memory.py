@@ -29,7 +29,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
     # backward, so at the peak it holds what ZeRO-1 holds (hops.model.collectives.data_parallel_ms)
     state_share = sc.dp_degree if sc.dp_sharding != "none" else 1
     # ... and a rank's routed experts over the d / e replicas that hold them
-    e = sc.architecture.expert_parallel if sc.architecture is not None else 1
+    e = sc.expert_parallel
     expert_share = state_share // e if state_share > 1 else 1
     nbytes = m["bytes_per_element"][sc.precision]
     peak: dict[str, float] = {}
@@ -45,7 +45,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
                     m["activation_bytes_per_token_hidden"] / 1e6
             else:
                 act = msg_mb
-        experts = min(sc.architecture.routed_experts_mb(st.layers, nbytes), weights[i]) if e > 1 and st.layers else 0.0
+        experts = sc.architecture.routed_experts_mb(st.layers, nbytes, weights[i]) if e > 1 and st.layers else 0.0
         opt = ((weights[i] - experts) / state_share + experts / expert_share) * m["optimizer_bytes_per_weight_byte"] \
             if sc.optimizer_enabled else 0.0
         held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each

@@ -136,6 +136,13 @@ def Choice(choices: tuple, *, description: str | None = None):
     return Annotated[Union[bool, str], BeforeValidator(check), WithJsonSchema(schema)]
 
 
+def OrAuto(check, schema: dict, description: str):
+    """A value `check` accepts, or the word `auto`: the run decides (a planned layer split, the
+    schedule's own chunks or post-validation), so one sweep can span cases a fixed value cannot."""
+    return Annotated[Any, BeforeValidator(lambda v: v if v == "auto" else check(v)),
+                     WithJsonSchema({"description": description, "anyOf": [schema, {"const": "auto"}]})]
+
+
 def _check_bool(v: Any):
     if not isinstance(v, bool):
         raise fail(f"expected true or false, got {show(v)}")

@@ -16,7 +16,8 @@ from hops.errors import echo
 from hops.model.hardware import PRECISIONS, STACK_CHOICES
 from hops.schema.failure import FailureModel
 from hops.schema.fields import (MAX_BATCHES, MAX_COUNT, MAX_MICROBATCHES, MAX_MODEL_DIM, Bool, Choice, DictOf, Int,
-                                ListOf, Num, Section, Str, check_number, closed_mapping, fail, section_defaults, show)
+                                ListOf, Num, OrAuto, Section, Str, check_number, closed_mapping, fail, section_defaults,
+                                show)
 
 SHARDINGS = ("none", "zero1", "fsdp")
 DEFAULT_STACK = "megatron_core"  # a user scenario's training stack unless it names one (hops/presets/stacks.yaml)
@@ -98,33 +99,20 @@ class ComputeModel(Section):
         return self
 
 
-def _layers(v: Any):
-    """A stage's transformer layers: a number > 0, or `auto` (the split is planned)."""
-    if v == "auto":
-        return v
-    return check_number(v, gt=0)
+Layers = OrAuto(lambda v: check_number(v, gt=0), {"type": "number", "exclusiveMinimum": 0},
+                "transformer layers on this stage, or auto (split pipeline.model.layers by the stages' speed)")
 
 
-Layers = Annotated[Any, BeforeValidator(_layers), WithJsonSchema({
-    "description": "transformer layers on this stage, or auto (split pipeline.model.layers by the stages' speed)",
-    "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "auto"}]})]
-
-
-def _virtual_stages(v: Any):
-    """Model chunks per stage: an integer >= 1, or `auto`, the schedule's own (its
-    `default_virtual_stages`), so that one sweep can cover schedules of one and of two chunks."""
-    if v == "auto":
-        return v
+def _chunks(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 1:
         raise fail(f"expected an integer >= 1 or auto, got {show(v)}")
     return int(v)
 
 
-VirtualStages = Annotated[Any, BeforeValidator(_virtual_stages), WithJsonSchema({
-    "description": "model chunks per stage (interleaved 1F1B's v), or auto: the schedule's own (2 for zb_v, "
-                   "interleaved_1f1b and interleaved_zb, 1 for the others; hetero_search: 1 lets it choose the "
-                   "placement, 2 plans the V only)",
-    "anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]})]
+VirtualStages = OrAuto(_chunks, {"type": "integer", "minimum": 1},
+                       "model chunks per stage (interleaved 1F1B's v), or auto: the schedule's own "
+                       "(default_virtual_stages: 2 for zb_v, interleaved_1f1b and interleaved_zb, 1 for the others; "
+                       "hetero_search: 1 lets it choose the placement, 2 plans the V only)")
 
 
 class StageModel(Section):
@@ -317,19 +305,16 @@ class DataParallelModel(Section):
     interconnect: Str(description="an interconnect preset") | None = None
 
 
-def _post_validation(v: Any):
-    """true, false, or `auto`: post-validate every schedule that honours it and keep the barrier
-    for the others, so that one sweep can compare post-validated ZB schedules with 1F1B."""
-    if v == "auto" or isinstance(v, bool):
-        return v
-    raise fail(f"expected true, false or auto, got {show(v)}")
+def _true_or_false(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise fail(f"expected true, false or auto, got {show(v)}")
+    return v
 
 
-PostValidation = Annotated[Any, BeforeValidator(_post_validation), WithJsonSchema({
-    "description": "the Zero Bubble paper's optimizer post-validation: each stage steps without the cross-stage "
-                   "barrier, so iterations overlap; honoured by zb_h1, zb_h2, zb_v, zb_1p, zb_2p, zb_auto, "
-                   "zero_bubble and hetero_search; auto: on for those, the barrier for the others",
-    "anyOf": [{"type": "boolean"}, {"const": "auto"}]})]
+PostValidation = OrAuto(_true_or_false, {"type": "boolean"},
+                        "the Zero Bubble paper's optimizer post-validation: each stage steps without the "
+                        "cross-stage barrier, so iterations overlap; honoured by zb_h1, zb_h2, zb_v, zb_1p, zb_2p, "
+                        "zb_auto, zero_bubble and hetero_search; auto: on for those, the barrier for the others")
 
 
 class OptimizerModel(Section):
