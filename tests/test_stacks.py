@@ -117,6 +117,22 @@ def test_what_l2_cannot_hold_the_forward_waits_on_and_the_backward_reads_the_sta
     assert narrow["BW"] - wide["BW"] == pytest.approx(backward, rel=1e-9)
 
 
+@pytest.mark.parametrize("stack", ["megatron_core", "fixture_megatron"])
+def test_full_recomputation_reruns_the_whole_forward_before_the_input_gradient(stack):
+    """--recompute-granularity full: B (and the fused backward) first reruns the layer's forward,
+    its GEMMs, attention core and element-wise passes alike, so each grows by exactly one forward;
+    W only forms weight gradients and does not move. A big layer keeps the GPU work above the
+    dispatch floor, so the difference is the forward's GPU time under either dispatch."""
+    d = arch_doc(stack, seq=4096, hidden=4096, heads=32)
+    plain = stage_times(d)
+    full = stage_times(d, Catalog.load({f"stacks.{stack}.recompute": "full"}))
+    forward_gpu = plain["F"] - (per_gpu(Catalog.load().stacks[stack], "launch_overhead_ms", "h100_sxm")
+                                if stack == "fixture_megatron" else 0.0)
+    assert full["B"] - plain["B"] == pytest.approx(forward_gpu, rel=1e-9)
+    assert full["BW"] - plain["BW"] == pytest.approx(forward_gpu, rel=1e-9)
+    assert full["W"] == pytest.approx(plain["W"], rel=1e-12)
+
+
 def test_async_dispatch_hides_the_host_behind_longer_gpu_work_and_shows_when_it_is_shorter():
     cat = Catalog.load()
     m = cat.constants("megatron_core")

@@ -196,8 +196,8 @@ class ComputeModel:
         t_attn_f = t_fa_f + scores * bytes_f / 1e6 / dev.memory_bandwidth_gbps
         t_attn_b = t_fa_b + scores * bytes_b / 1e6 / dev.memory_bandwidth_gbps
         k = s.backward_factor
-        if m["recompute"] == "full":  # the backward reruns the layer's forward first
-            t_attn_b += t_attn_f + t_c / k + t_m / k
+        if m["recompute"] == "full":  # the backward reruns the layer's whole forward first
+            t_attn_b += t_attn_f + t_c + t_m_f
         elif m["recompute"] == "selective" and not flash:  # ... only the attention core (Korthikanti et al. 2022)
             t_attn_b += t_attn_f
         last = i == s.n_stages - 1 if last is None else last
