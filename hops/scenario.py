@@ -116,7 +116,7 @@ def _stack_options(options, stack: str, catalog, src) -> dict:
 
 def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     """The engine's Scenario from validated models, plus the checks that need the catalog or cross sections."""
-    from hops.model.backward_split import activation_grad_fraction
+    from hops.model.backward_split import activation_grad_fraction, layer_activation_grad_fraction
     from hops.model.hardware import supported_precisions
     from hops.schedulers import resolve_scheduler
 
@@ -248,7 +248,8 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         scheduler_options=dict(pipe.scheduler_options), precision=pipe.precision,
         backward_factor=pipe.backward_factor, backward_split=split.enabled,
         activation_grad_fraction=(split.activation_grad_fraction if split.activation_grad_fraction is not None
-                                  else activation_grad_fraction(model.hidden_dim, model.seq_len)),
+                                  else layer_activation_grad_fraction(arch.dense_flops(), arch.attention_flops())
+                                  if arch is not None else activation_grad_fraction(model.hidden_dim, model.seq_len)),
         hidden_dim=model.hidden_dim,
         seq_len=model.seq_len, vocab_size=model.vocab_size, tied_embeddings=model.tied_embeddings,
         activation_mb=pipe.activation_mb, compute_jitter=pipe.compute_jitter,

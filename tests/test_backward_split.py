@@ -46,6 +46,19 @@ def test_a_scenario_gets_the_physical_share_unless_it_states_one():
     assert load_scenario(with_model(split=0.3, hidden_dim=2048, seq_len=4096)).activation_grad_fraction == 0.3
 
 
+def test_a_model_given_by_its_architecture_gets_its_own_gemm_and_core_flops_share():
+    """Grouped-query K and V and a gated FFN change the weight GEMMs' FLOPs D, not the core's
+    A = 4 s h per token: B / (B + W) = (D + 2A) / (2D + 2A), counted GEMM by GEMM (Llama-3-8B's
+    shape: h 4096, 32 heads, 8 K/V heads, SwiGLU FFN 14336)."""
+    h, s, kv, ffn = 4096, 8192, 8, 14336
+    weight_gemms = [(h, h), (h, 2 * h * kv // 32), (h, h), (h, ffn), (h, ffn), (ffn, h)]  # Q, KV, proj, gate, up, down
+    gemm = sum(2 * a * b for a, b in weight_gemms)
+    core = 4 * s * h
+    sc = load_scenario(with_model(hidden_dim=h, seq_len=s, heads=32, kv_heads=kv, ffn_dim=ffn, ffn_gated=True))
+    assert sc.activation_grad_fraction == pytest.approx((gemm + 2 * core) / (2 * gemm + 2 * core), rel=1e-12)
+    assert sc.activation_grad_fraction != pytest.approx(activation_grad_fraction(h, s), rel=1e-3)
+
+
 def test_a_measured_fused_backward_is_split_by_that_share():
     """A stage given only its fused backward (4 ms) runs B = 4a and W = 4(1 - a) under a split schedule."""
     r = hops.simulate(with_model(hidden_dim=1024, seq_len=1024))

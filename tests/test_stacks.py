@@ -133,6 +133,46 @@ def test_full_recomputation_reruns_the_whole_forward_before_the_input_gradient(s
     assert full["W"] == pytest.approx(plain["W"], rel=1e-12)
 
 
+def test_selective_recomputation_reruns_the_attention_core_its_gemms_and_its_score_passes():
+    """--recompute-granularity selective (Korthikanti et al. 2022, sec. 5) reruns each layer's
+    attention core in its backward: under unfused attention that is the core's two batched GEMMs,
+    Q K^T and scores x V (4 s^2 h FLOPs at the stack's GEMM efficiency), and the forward's score
+    passes that miss L2 (heads x s^2 x attention_bytes_forward). B and the fused backward grow by
+    exactly that; W does not move. h 4096, s 4096 keep the work above the dispatch floor."""
+    cat = Catalog.load()
+    m, dev = cat.constants("fixture_megatron"), cat.devices["h100_sxm"]
+    s, h, heads, L = 4096, 4096, 32, 2
+    d = arch_doc("fixture_megatron", seq=s, hidden=h, heads=heads)
+    plain = stage_times(d)
+    selective = stage_times(d, Catalog.load({"stacks.fixture_megatron.recompute": "selective"}))
+    core = L * 4 * s * s * h / (dev["peak_tflops"] * 1e12) * 1000 * m["compute_time_coefficient"]
+    miss = 1 - dev["l2_cache_mb"] / (heads * s * s * (2 + 5) / 2**20)
+    passes = L * heads * s * s * m["attention_bytes_forward"] * miss / 1e6 / dev["memory_bandwidth_gbps"]
+    assert selective["B"] - plain["B"] == pytest.approx(core + passes, rel=1e-9)
+    assert selective["BW"] - plain["BW"] == pytest.approx(core + passes, rel=1e-9)
+    assert selective["W"] == pytest.approx(plain["W"], rel=1e-12)
+
+
+def test_under_flash_attention_the_weight_gemms_split_evenly_and_the_kernels_backward_is_b():
+    """A weight GEMM's backward is its input gradient (B) and its weight gradient (W), each the
+    forward's FLOPs again; the attention core has no weights, so its whole backward is B
+    (hops/model/backward_split.py). A flash kernel runs the core apart from the GEMMs, so B - W is
+    exactly the kernel's backward (2.5 x its causal forward FLOPs at its backward efficiency) and W
+    is the GEMMs' forward time plus half the element-wise traffic's backward (2 x 34 s h bytes per
+    layer over HBM, read whatever L2 holds)."""
+    cat = Catalog.load()
+    m, dev = cat.constants("megatron_core"), cat.devices["h100_sxm"]
+    s, h, L, peak = 4096, 4096, 2, cat.devices["h100_sxm"]["peak_tflops"] * 1e12
+    t = stage_times(arch_doc("megatron_core", seq=s, hidden=h, heads=32))
+    gemm = L * 2 * s * 12 * h * h / peak * 1000 * m["compute_time_coefficient"]
+    elementwise = L * 2 * 34 * s * h / 1e6 / dev["memory_bandwidth_gbps"]
+    kernel_b = (L * 4 * s * s * h * m["flash_causal_flop_share"] * m["flash_backward_flop_factor"] / peak * 1000
+                / m["flash_efficiency_backward"])
+    assert t["W"] == pytest.approx(gemm + elementwise, rel=1e-9)
+    assert t["B"] - t["W"] == pytest.approx(kernel_b, rel=1e-9)
+    assert t["B"] + t["W"] == pytest.approx(t["BW"], rel=1e-9)
+
+
 def test_async_dispatch_hides_the_host_behind_longer_gpu_work_and_shows_when_it_is_shorter():
     cat = Catalog.load()
     m = cat.constants("megatron_core")

@@ -105,6 +105,22 @@ def test_the_stack_says_what_hides_the_backward_collectives():
     assert exp(both, "F") < exp(none, "F") and exp(both, "BW") <= exp(back, "BW")
 
 
+def test_full_recomputation_reruns_the_layers_reductions_not_the_embeddings():
+    """--recompute-granularity full checkpoints the transformer layers (Korthikanti et al. 2022,
+    sec. 5): the backward reruns each layer's forward with its 2 all-reduces, so the first stage's
+    backward carries 2 L of them twice; the vocabulary-parallel embedding's reduction runs once,
+    in the forward, and is not recomputed."""
+    doc = groups_doc(4)
+    one = allreduce_ms(4096, 2048, 1, 4)
+    layers = 2
+    plain = expected(doc, catalog(tensor_parallel_overlap="none"))[0]["tensor_parallel"]["exposed_collective_ms"]
+    full = expected(doc, catalog(tensor_parallel_overlap="none", recompute="full"))[0]["tensor_parallel"][
+        "exposed_collective_ms"]
+    assert plain["F"] == full["F"] == pytest.approx(2 * layers * one + one)
+    assert plain["BW"] == pytest.approx(2 * layers * one)
+    assert full["BW"] == pytest.approx(2 * 2 * layers * one)
+
+
 def test_the_timeline_and_the_trace_show_the_collectives_inside_their_pass(tmp_path):
     r = hops.simulate(groups_doc(4))
     tl = r.timeline

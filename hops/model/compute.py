@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hops.model.backward_split import gemm_activation_grad_fraction
 from hops.model.collectives import expert_parallel_ms
 from hops.scenario_types import Distribution, Scenario
 
@@ -168,13 +169,18 @@ class ComputeModel:
         # its FLOPs at the kernel's own efficiency, skipping the masked half under a causal mask,
         # and recomputes the scores in the backward; unfused, it is GEMMs like the rest.
         attn = st.compute.attention_tflop * share / tp
-        t_fa_f = t_fa_b = 0.0
+        t_fa_f = t_fa_b = t_core = 0.0
+        a = s.activation_grad_fraction  # B's share of the fused backward (hops.model.backward_split)
         if flash:
             attn *= m["flash_causal_flop_share"]
             t_fa_f = attn / peak_other * 1000.0 / m["flash_efficiency_forward"]
             t_fa_b = attn * m["flash_backward_flop_factor"] / peak_other * 1000.0 / m["flash_efficiency_backward"]
+            if attn > 0:  # t_c holds the weight GEMMs alone (the head's too, and the element-wise
+                # passes share their split): B's share of them without the core's backward, 1/2 at the default
+                a = gemm_activation_grad_fraction(a, s.architecture.dense_flops(), s.architecture.attention_flops())
         else:
-            t_c += attn / peak_other * 1000.0 * m["compute_time_coefficient"]
+            t_core = attn / peak_other * 1000.0 * m["compute_time_coefficient"]
+            t_c += t_core
         # Unfused attention materializes each head's s x s scores: forward writes them, softmax
         # reads and rewrites them, the value product reads them again; the backward walks them
         # more times. Those passes reach HBM when a layer's scores do not fit in L2
@@ -198,8 +204,8 @@ class ComputeModel:
         k = s.backward_factor
         if m["recompute"] == "full":  # the backward reruns the layer's whole forward first
             t_attn_b += t_attn_f + t_c + t_m_f
-        elif m["recompute"] == "selective" and not flash:  # ... only the attention core (Korthikanti et al. 2022)
-            t_attn_b += t_attn_f
+        elif m["recompute"] == "selective" and not flash:  # ... only the attention core (Korthikanti et al. 2022):
+            t_attn_b += t_attn_f + t_core  # its score passes and its two batched GEMMs
         last = i == s.n_stages - 1 if last is None else last
         first = i == 0 if first is None else first
         lm = lm_logits_f = lm_logits_b = loss_fixed = 0.0  # LM head on the last stage (seed iteration 4, + logits)
@@ -228,7 +234,6 @@ class ComputeModel:
             # main grad: a pass over V*h elements whatever the batch, memory-bound.
             vocab = s.vocab_size or m["vocab_size"]
             embed_b = vocab * s.hidden_dim * m["embedding_backward_bytes_per_element"] / 1e6 / dev.memory_bandwidth_gbps / tp
-        a = s.activation_grad_fraction
         floor_b, floor_w = split_floors(floor_bw, m)
         tp_f = tp_b = tp_bw = 0.0
         if tp > 1:
@@ -267,12 +272,13 @@ class ComputeModel:
         sequence parallelism each all-reduce becomes an all-gather plus a reduce-scatter, the
         same bytes on the wire (hops.model.collectives.tensor_parallel_ms). The vocabulary-parallel
         embedding adds one reduction to the first stage's forward, the LM head's copy of its
-        input one to the last stage's backward; full recomputation reruns the forward's in the
-        backward. The stack says what hides them (``tensor_parallel_overlap``): `none`;
-        `backward`, Megatron's default asynchronous all-reduce of a column-parallel layer's
-        input gradient alongside its weight-gradient GEMM (hidden up to those GEMMs' time,
-        and only in a fused backward: a split schedule runs W later); `all`, the collectives
-        pipelined with the neighbouring GEMMs in both passes (--tp-comm-overlap).
+        input one to the last stage's backward; full recomputation reruns the layers' forward
+        reductions in the backward (it checkpoints the transformer layers, not the embedding).
+        The stack says what hides them (``tensor_parallel_overlap``): `none`; `backward`,
+        Megatron's default asynchronous all-reduce of a column-parallel layer's input gradient
+        alongside its weight-gradient GEMM (hidden up to those GEMMs' time, and only in a fused
+        backward: a split schedule runs W later); `all`, the collectives pipelined with the
+        neighbouring GEMMs in both passes (--tp-comm-overlap).
         """
         from hops.model.collectives import tensor_parallel_ms
 
@@ -284,7 +290,7 @@ class ComputeModel:
         one = tensor_parallel_ms(msg_mb, st.tp, link.bandwidth_gbps, link.latency_ms)
         per_pass = 2 * layers * one
         comm_f = per_pass + (one if first else 0.0)
-        comm_b = per_pass + (one if last else 0.0) + (comm_f if m["recompute"] == "full" else 0.0)
+        comm_b = per_pass + (one if last else 0.0) + (per_pass if m["recompute"] == "full" else 0.0)
         overlap = m["tensor_parallel_overlap"]
         if overlap == "none":
             return comm_f, comm_b, comm_b

@@ -146,7 +146,8 @@ class StageModel(Section):
 class BackwardSplitModel(Section):
     enabled: Bool = False
     activation_grad_fraction: Num(gt=0, lt=1, description="B's share of the fused backward; default "
-                                  "(3h + s) / (6h + s) from the model shape, 1/2 without it "
+                                  "(3h + s) / (6h + s) from the model shape, (D + 2A) / (2D + 2A) from "
+                                  "the architecture's GEMM and attention-core FLOPs, 1/2 without either "
                                   "(hops/model/backward_split.py)") | None = None
 
 
