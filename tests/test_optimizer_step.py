@@ -59,3 +59,22 @@ def test_explicit_step_times_win_per_stage():
     assert step_times(gpt(step_ms=[1.0, 2.0, 3.0])) == pytest.approx({0: 1.0, 1: 2.0, 2: 3.0})
     with pytest.raises(hops.ScenarioError, match=r"optimizer.step_ms: got 2 values; expected one per stage \(3\)"):
         hops.load_scenario(gpt(step_ms=[1.0, 2.0]))
+
+
+@pytest.mark.parametrize("tied,matrices", [(False, 2), (True, 1)])
+def test_the_stage_running_both_ends_steps_both_untied_vocabulary_matrices(tied, matrices):
+    """ZB-V runs the first and the last model chunk on stage 0: with untied embeddings it holds
+    (and steps) the word embedding and the LM head, two V x h matrices; tied, one shared matrix
+    (hops.model.architecture.vocab_matrices, the count its weights follow)."""
+    sc = gpt(schedule="zb_v")
+    sc["pipeline"]["model"]["tied_embeddings"] = tied
+    steps = step_times(sc)
+    catalog = hops.Catalog.load()
+    m = catalog.constants("megatron_core")
+    layers = 0.06e12 / (m["flops_per_layer_token_coeff"] * 1024 * 1024 ** 2)
+    params = layers * 12 * 1024 ** 2 + matrices * m["vocab_size"] * 1024
+    x = params / 1e6 / catalog.devices["a100"]["memory_bandwidth_gbps"]
+    norm = m["optimizer_grad_norm_bytes_per_param"]
+    pre = layers * m["optimizer_step_layer_host_ms"] + norm * x  # the slowest pre-norm part: the others hold no matrix
+    assert steps[0] == pytest.approx(pre + (m["optimizer_step_bytes_per_param"] - norm) * x
+                                     + m["optimizer_step_fixed_ms"])

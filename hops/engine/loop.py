@@ -37,6 +37,7 @@ from itertools import chain
 import numpy as np
 
 from hops.model import physical
+from hops.model.architecture import vocab_matrices
 from hops.model.collectives import data_parallel_ms, iteration_end_stall_ms, tied_embedding_sync_ms
 from hops.model.compute import ComputeModel, chunk_times, draw, lognormal_unit, sample_chunks
 from hops.engine.events import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, Record, SchedulerError, end_iteration,
@@ -351,7 +352,8 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
     The traffic comes from the stage's parameter count when the model shape is known
     (transformer layers, plus the word embeddings on the stage that runs the first model
     chunk and the LM head on the one that runs the last: the first and last stage, or only
-    the first under ZB-V's V placement), at `optimizer_step_bytes_per_param`; otherwise
+    the first under ZB-V's V placement, which then holds both unless they are tied), at
+    `optimizer_step_bytes_per_param`; otherwise
     from weights_mb. A GPU steps its share of the stage (tensor-parallel group, sharded optimizer).
 
     Megatron clips gradients by their global norm before the update: each rank walks its
@@ -369,6 +371,8 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         return list(scenario.optimizer_step_ms)
     m = catalog.scenario_constants(scenario)
     arch = scenario.architecture
+    tied = scenario.tied_embeddings if scenario.tied_embeddings is not None else m["tied_embeddings"]
+    matrices = vocab_matrices(scenario.n_stages, ends, arch.tied if arch is not None else tied)
     pre, rest = [], []
     for i, (st, dev, e) in enumerate(zip(scenario.stages, compute.devices, compute.expected)):
         # each GPU of a tensor-parallel group steps its 1/t; a sharded optimizer (zero1, fsdp) its 1/d of that
@@ -376,8 +380,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         if scenario.hidden_dim and e.layers:
             h = scenario.hidden_dim
             params = e.layers * (arch.layer_params() if arch is not None else 12 * h * h)
-            if i in ends:
-                params += (scenario.vocab_size or m["vocab_size"]) * h
+            params += matrices[i] * (scenario.vocab_size or m["vocab_size"]) * h
             ms_per_byte_per_param = params / 1e6 / shards / dev.memory_bandwidth_gbps
             norm = m["optimizer_grad_norm_bytes_per_param"]
             pre.append(e.layers * m["optimizer_step_layer_host_ms"] + norm * ms_per_byte_per_param)
