@@ -256,6 +256,24 @@ def test_sharded_optimizer_reduce_scatters_gradients_and_all_gathers_weights(sha
     assert sharded["n1g0"] < plain["n1g0"]  # optimizer state / d
 
 
+@pytest.mark.parametrize("tp,d,sharding,per_param", [(1, 1, "none", 18), (2, 1, "none", 18 / 2),
+                                                     (1, 4, "zero1", 6 + 12 / 4), (2, 4, "zero1", (6 + 12 / 4) / 2)])
+def test_each_parameter_holds_18_bytes_of_weight_grad_and_adam_state_or_6_plus_12_over_d_sharded(tp, d, sharding,
+                                                                                                   per_param):
+    """Megatron's mixed precision per parameter (Megatron-LM's distributed-optimizer notes): bf16
+    weight 2 B, fp32 main grad 4 B, fp32 master weight, Adam m and v 12 B, 18 B in all; the
+    distributed optimizer (ZeRO-1) shards the 12 over the d replicas, 6 + 12/d. ZeRO (Rajbhandari
+    et al. 2020, sec. 3.1) counts the same 2 + 2 + 12 = 16 B with fp16 gradients. A tensor-parallel
+    rank holds 1/t of all of it. No activations here (activation_memory_mb: 0): a middle stage's
+    peak is its two layers' parameters x those bytes."""
+    doc = groups_doc(tp, optimizer=True, dp={"degree": d, "sharding": sharding} if d > 1 else None)
+    for st in doc["pipeline"]["stages"]:
+        st["activation_memory_mb"] = 0.0
+    params = 2 * 12 * 4096 ** 2  # a middle stage: 2 GPT layers of h 4096, no vocabulary matrix
+    peak = hops.simulate(doc).summary["peak_memory_mb"]
+    assert peak["n1g0"] == pytest.approx(params * per_param / 1e6, rel=1e-12)
+
+
 def test_overlapped_grad_reduce_hides_behind_the_last_backward():
     doc = groups_doc(1, optimizer=True, dp={"degree": 8}, hidden=1024, heads=16, seq=8192)
     doc["pipeline"]["model"]["tied_embeddings"] = False

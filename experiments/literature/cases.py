@@ -217,8 +217,9 @@ CASES = (
                      "the published tokens/s are per GPU: torchtitan's logged throughput divides by the "
                      "pipeline's GPUs (as recalled); if they were the pipeline's total, HOPS's absolute "
                      "over-prediction below would be 8 times larger",
-                     "no activation checkpointing (as published); default stack megatron_core; weights and Adam "
-                     "state counted as Megatron's mixed precision (14 B/param: bf16 weights, fp32 master, m, v); "
+                     "no activation checkpointing (as published); default stack megatron_core; weights, gradients "
+                     "and Adam state counted as Megatron's mixed precision (18 B/param: bf16 weights, fp32 main "
+                     "grads, fp32 master, m, v); "
                      "the issue does not say torchtitan's dtypes (without FSDP it keeps fp32 parameters and "
                      "gradients, 16 B/param) or whether its figure is allocated or reserved memory",
                      "the fp32 reading below: torchtitan applied bf16 through FSDP's mixed-precision policy only "

@@ -14,7 +14,18 @@ from hops.scenario_types import Scenario
 
 def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float,
                    ends: tuple[int, int] | None = None, virtual_stages: int | None = None) -> dict:
-    """Peak memory per device: weights + optimizer state + activations the schedule held at its peak.
+    """Peak memory per device: weights + gradients + optimizer state + activations the schedule
+    held at its peak.
+
+    Per parameter, Megatron's mixed precision holds the bf16 weight (2 B), its fp32 main grad
+    (4 B, ``embedding_grad_bytes_per_element``) and Adam's fp32 master weight, m and v (12 B,
+    ``optimizer_bytes_per_weight_byte`` x 2 B): 18 B, of which a distributed optimizer (ZeRO-1)
+    shards the 12 over the d replicas, 6 + 12/d (Megatron-LM's distributed-optimizer notes; ZeRO,
+    Rajbhandari et al. 2020, sec. 3.1, counts 2 + 2 + 12 = 16 with fp16 gradients). The gradient
+    buffer stays whole on every replica: Megatron's reduce-scatter writes into it and an FSDP
+    stage under pipelining keeps its gradients unsharded until the last backward. A scenario that
+    leaves the optimizer out (optimizer.enabled: false) counts neither the state nor the gradient
+    buffers it would consume, as it runs no gradient reduction (hops.model.collectives).
 
     ``ends``: the stages that run the first and the last model chunk (default the first and
     last stage); the LM head's weights and optimizer state follow it (see placed_weights_mb).
@@ -48,12 +59,13 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
         experts = sc.architecture.routed_experts_mb(st.layers, nbytes, weights[i]) if e > 1 and st.layers else 0.0
         opt = ((weights[i] - experts) / state_share + experts / expert_share) * m["optimizer_bytes_per_weight_byte"] \
             if sc.optimizer_enabled else 0.0
+        grads = weights[i] / nbytes * m["embedding_grad_bytes_per_element"] if sc.optimizer_enabled else 0.0
         held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each
         if st.tp == 1:
-            peak[st.device] = peak.get(st.device, 0.0) + weights[i] + opt + held
+            peak[st.device] = peak.get(st.device, 0.0) + weights[i] + grads + opt + held
         else:  # every GPU of a tensor-parallel group holds 1/t of the weights and its share of the activations
             for gpu in st.gpus:
-                peak[gpu] = peak.get(gpu, 0.0) + (weights[i] + opt) / st.tp + held
+                peak[gpu] = peak.get(gpu, 0.0) + (weights[i] + grads + opt) / st.tp + held
     capacity = {d: topo.devices[d].memory_gb * 1000.0 for d in peak}
     order = sorted(peak, key=outputs.natural_key)
     return {"peak_memory_mb": {d: peak[d] for d in order}, "memory_capacity_mb": {d: capacity[d] for d in order},
