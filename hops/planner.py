@@ -38,6 +38,7 @@ from typing import Mapping, Sequence
 
 from hops.model.compute import ComputeModel
 from hops.model.hardware import Catalog, Topology
+from hops.model.memory import optimizer_state_per_weight_byte
 from hops.scenario import load_scenario
 
 
@@ -100,7 +101,8 @@ class _Tables:
         self.layer_weight_mb = 12 * model.hidden ** 2 * nbytes / 1e6
         self.embed_mb = model.hidden * model.vocab * nbytes / 1e6
         # weights, their fp32 gradients and Adam's state per weight byte (hops.model.memory.memory_summary)
-        self.opt_factor = 1.0 + m["embedding_grad_bytes_per_element"] / nbytes + m["optimizer_bytes_per_weight_byte"]
+        self.opt_factor = (1.0 + m["embedding_grad_bytes_per_element"] / nbytes
+                           + optimizer_state_per_weight_byte(m, model.precision))
         self.act_layer_mb = model.seq * model.hidden * model.micro_batch * m["activation_bytes_per_token_hidden"] / 1e6
         self.msg_mb = model.micro_batch * model.seq * model.hidden * nbytes / 1e6
         self.layer_tflop = 24 * model.seq * model.hidden ** 2 * model.micro_batch / 1e12

@@ -274,6 +274,20 @@ def test_each_parameter_holds_18_bytes_of_weight_grad_and_adam_state_or_6_plus_1
     assert peak["n1g0"] == pytest.approx(params * per_param / 1e6, rel=1e-12)
 
 
+@pytest.mark.parametrize("d,sharding,per_param", [(1, "none", 16), (4, "zero1", 8 + 8 / 4)])
+def test_an_fp32_run_holds_no_master_copy_weight_grad_and_adams_moments_16_bytes(d, sharding, per_param):
+    """Without mixed precision the fp32 weight is its own master: 4 B weight, 4 B gradient and
+    Adam's fp32 m and v, 8 B (ZeRO's K = 12 less the 4 B master copy), 16 B per parameter; ZeRO-1
+    shards the moments over the d replicas."""
+    doc = groups_doc(1, optimizer=True, dp={"degree": d, "sharding": sharding} if d > 1 else None)
+    doc["pipeline"]["precision"] = "fp32"
+    for st in doc["pipeline"]["stages"]:
+        st["activation_memory_mb"] = 0.0
+    params = 2 * 12 * 4096 ** 2
+    peak = hops.simulate(doc).summary["peak_memory_mb"]
+    assert peak["n1g0"] == pytest.approx(params * per_param / 1e6, rel=1e-12)
+
+
 def test_overlapped_grad_reduce_hides_behind_the_last_backward():
     doc = groups_doc(1, optimizer=True, dp={"degree": 8}, hidden=1024, heads=16, seq=8192)
     doc["pipeline"]["model"]["tied_embeddings"] = False

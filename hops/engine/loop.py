@@ -44,7 +44,7 @@ from hops.engine.events import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, 
                           end_iteration_post_validated)
 from hops.errors import HopsError, ScenarioError
 from hops.model.hardware import Catalog, Topology, p2p_overlaps
-from hops.model.memory import memory_summary
+from hops.model.memory import memory_summary, optimizer_state_per_weight_byte
 from hops.schedulers import PipelineMeta, Scheduler, resolve_scheduler
 from hops.timeline import Timeline
 
@@ -386,7 +386,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
             pre.append(e.layers * m["optimizer_step_layer_host_ms"] + norm * ms_per_byte_per_param)
             rest.append((m["optimizer_step_bytes_per_param"] - norm) * ms_per_byte_per_param + m["optimizer_step_fixed_ms"])
         else:
-            k = m["optimizer_bytes_per_weight_byte"]
+            k = optimizer_state_per_weight_byte(m, scenario.precision)
             traffic_mb = st.weights_mb * (2.0 + 2.0 * k)  # read grads + weights, read/write states, write weights
             pre.append(0.0)
             rest.append(traffic_mb / shards / dev.memory_bandwidth_gbps + m["optimizer_step_fixed_ms"])

@@ -12,6 +12,15 @@ from hops.model.hardware import Catalog, Topology
 from hops.scenario_types import Scenario
 
 
+def optimizer_state_per_weight_byte(m: dict, precision: str) -> float:
+    """Adam's state per byte of weight: its fp32 moments (8 B per parameter) and, where the
+    weights are kept below fp32, their fp32 master copy (4 B): 12 B over a 2 B weight under
+    mixed precision, 8 B over a 4 B weight in an fp32 run, whose weights are their own master."""
+    nbytes = m["bytes_per_element"][precision]
+    master = m["master_weight_bytes_per_param"] if nbytes < 4 else 0
+    return (m["adam_state_bytes_per_param"] + master) / nbytes
+
+
 def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float,
                    ends: tuple[int, int] | None = None, virtual_stages: int | None = None) -> dict:
     """Peak memory per device: weights + gradients + optimizer state + activations the schedule
@@ -19,7 +28,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
 
     Per parameter, Megatron's mixed precision holds the bf16 weight (2 B), its fp32 main grad
     (4 B, ``embedding_grad_bytes_per_element``) and Adam's fp32 master weight, m and v (12 B,
-    ``optimizer_bytes_per_weight_byte`` x 2 B): 18 B, of which a distributed optimizer (ZeRO-1)
+    ``optimizer_state_per_weight_byte`` x 2 B): 18 B, of which a distributed optimizer (ZeRO-1)
     shards the 12 over the d replicas, 6 + 12/d (Megatron-LM's distributed-optimizer notes; ZeRO,
     Rajbhandari et al. 2020, sec. 3.1, counts 2 + 2 + 12 = 16 with fp16 gradients). The gradient
     buffer stays whole on every replica: Megatron's reduce-scatter writes into it and an FSDP
@@ -43,6 +52,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
     e = sc.expert_parallel
     expert_share = state_share // e if state_share > 1 else 1
     nbytes = m["bytes_per_element"][sc.precision]
+    state_per_byte = optimizer_state_per_weight_byte(m, sc.precision)
     peak: dict[str, float] = {}
     for i, st in enumerate(sc.stages):
         if st.activation_memory_mb is not None:
@@ -57,7 +67,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
             else:
                 act = msg_mb
         experts = sc.architecture.routed_experts_mb(st.layers, nbytes, weights[i]) if e > 1 and st.layers else 0.0
-        opt = ((weights[i] - experts) / state_share + experts / expert_share) * m["optimizer_bytes_per_weight_byte"] \
+        opt = ((weights[i] - experts) / state_share + experts / expert_share) * state_per_byte \
             if sc.optimizer_enabled else 0.0
         grads = weights[i] / nbytes * m["embedding_grad_bytes_per_element"] if sc.optimizer_enabled else 0.0
         held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each
