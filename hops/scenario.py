@@ -17,12 +17,10 @@ from typing import Any, Mapping
 from hops.model.architecture import Architecture, vocab_matrices
 from hops.errors import ScenarioError, echo
 from hops.scenario_types import DeviceSpec, Distribution, LinkOverride, Scenario, Stage, StageCompute, derived_compute
+from hops.schema.fields import MAX_TASKS
 
 SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
 REQUIRED_SECTIONS = ("simulation", "pipeline", "hardware")
-# A run is refused up front above this many stage-microbatch tasks (batches x microbatches
-# x stages): PP64 x 1024 x 4 iterations (16.8 M) takes about a minute end to end.
-MAX_STAGE_TASKS = 50_000_000
 
 
 # --------------------------------------------------------------------------- loading
@@ -168,10 +166,10 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                             layers=layers, activation_memory_mb=st.activation_memory_mb,
                             compute_jitter=st.compute_jitter, weights_derived=derived,
                             group=groups[i] if len(groups[i]) > 1 else ()))
-    tasks = m.simulation.batches * m.simulation.microbatches * len(stages)
-    if tasks > MAX_STAGE_TASKS:
-        _fail("simulation", f"batches x microbatches x stages = {tasks:,} stage tasks; expected at most "
-                            f"{MAX_STAGE_TASKS:,} (about a few minutes of simulation): simulate fewer batches", src)
+    tasks = 3 * m.simulation.batches * m.simulation.microbatches * len(stages)
+    if tasks > MAX_TASKS:
+        _fail("simulation", f"3 passes x batches x microbatches x stages = {tasks:,} compute tasks; expected at "
+                            f"most {MAX_TASKS:,} (a few minutes of simulation): simulate fewer batches", src)
 
     schedule = pipe.schedule
     try:

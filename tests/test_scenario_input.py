@@ -333,7 +333,8 @@ TOO_BIG = {
     "devices.count 1e15": (lambda s: s.update(failure={"devices": {"count": 10**15}}),
                            "failure.devices.count: got 1e+15; expected at most"),
     "too much work": (lambda s: s["simulation"].update(batches=10**5, microbatches=10**3),
-                      "simulation: batches x microbatches x stages = 300,000,000 stage tasks; expected at most"),
+                      "simulation: 3 passes x batches x microbatches x stages = 900,000,000 compute tasks; expected at most "
+                      "20,000,000"),
     "unknown scheduler option": (lambda s: s["pipeline"].update(schedule="zb_v",
                                                                 scheduler_options={"max_inflight": 2}),
                                  "pipeline.scheduler_options.max_inflight: unknown option for scheduler "

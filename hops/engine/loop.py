@@ -45,6 +45,7 @@ from hops.engine.events import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, 
 from hops.errors import HopsError, ScenarioError
 from hops.model.hardware import Catalog, Topology, p2p_overlaps
 from hops.model.memory import memory_summary, optimizer_state_per_weight_byte
+from hops.schema.fields import MAX_TASKS
 from hops.schedulers import PipelineMeta, Scheduler, resolve_scheduler
 from hops.timeline import Timeline
 
@@ -53,7 +54,6 @@ from hops.timeline import Timeline
 STREAMS = ("compute", "comm", "host", "failure", "straggler", "search")
 SPLIT_NEVER, SPLIT_ALWAYS, SPLIT_EITHER = range(3)  # per-stage backward modes (see split_modes)
 MAX_STAGES = 16384
-MAX_TASKS = 20_000_000
 
 
 class EngineSizeError(ScenarioError):

@@ -26,6 +26,9 @@ MAX_MICROBATCHES = 10**6
 MAX_BATCHES = 10**6
 MAX_MODEL_DIM = 10**7      # hidden_dim, seq_len, vocab_size
 MAX_HORIZON_HOURS = 10 * 8766.0   # ten years of wall clock
+# compute tasks (an F, B and W per stage, microbatch and iteration) of one run: a few minutes at
+# the 1-2.5e5 tasks/s benchmarks/engine_bench.py measures (PP64 x 1024 x 4 is 786,432 of them)
+MAX_TASKS = 20_000_000
 
 
 def fail(message: str, key: str | None = None) -> PydanticCustomError:
