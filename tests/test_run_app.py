@@ -478,3 +478,51 @@ def test_readme_has_one_test_command_and_the_gallery_image():
     assert 'pip install -e ".[dev]" && python -m hops.run' in text
     for img in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (REPO / img).is_file(), img
+
+
+# --------------------------------------------------------------------------- the `hops` command
+def hops_command(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`hops ARGS` as the console script pip installs runs it (pyproject's [project.scripts] entry
+    point, sys.argv[0] "hops"), on this checkout's code."""
+    import tomllib
+
+    module, func = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["hops"].split(":")
+    code = f"import sys; sys.argv[0] = 'hops'; from {module} import {func}; sys.exit({func}())"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd or REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_hops_help_lists_every_subcommand():
+    from hops.run.app import SUBCOMMANDS
+
+    proc = hops_command("--help")
+    assert proc.returncode == 0, proc.stderr
+    for name in SUBCOMMANDS:
+        assert re.search(rf"^\s+hops {name} ", proc.stdout, flags=re.M), (name, proc.stdout[:1500])
+
+
+def test_readmes_list_of_hops_commands_has_every_subcommand():
+    from hops.run.app import SUBCOMMANDS
+
+    text = README.read_text()
+    block = text[text.index("It installs one command, `hops`"):]
+    block = block[:block.index("```", block.index("```") + 3)]
+    for name in SUBCOMMANDS:
+        assert re.search(rf"^hops {name} ", block, flags=re.M), (name, block)
+
+
+@pytest.mark.parametrize("command", ["python -m hops.run.sweep", "hops sweep"])
+def test_sweep_of_a_missing_directory_says_so_in_one_line(tmp_path, command):
+    missing = tmp_path / "multirun" / "nope"
+
+    def run(*args):
+        if command == "hops sweep":
+            return hops_command("sweep", *args)
+        return subprocess.run([sys.executable, "-m", "hops.run.sweep", *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+
+    proc = run(str(missing))
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: sweep directory not found: {missing}\n", "")
+    proc = run()
+    assert (proc.returncode, proc.stderr) == (2, f"usage: {command} SWEEP_DIR\n")

@@ -628,6 +628,7 @@ def cli() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
         import importlib
 
-        sub = importlib.import_module(SUBCOMMANDS[sys.argv[1]])
-        sys.exit(sub.main(sys.argv[2:]))
+        name = sys.argv[1]
+        sub = importlib.import_module(SUBCOMMANDS[name])
+        sys.exit(sub.main(sys.argv[2:], prog="hops sweep") if name == "sweep" else sub.main(sys.argv[2:]))
     main()
