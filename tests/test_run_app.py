@@ -347,6 +347,18 @@ def test_bad_input_from_the_command_line(tmp_path):
     assert not proc.stdout.strip()
 
 
+def test_a_run_ended_by_a_user_error_says_why_in_its_run_log(tmp_path):
+    """Hydra made the run directory before the scenario was read: its run.log is not left empty."""
+    out = tmp_path / "x"
+    proc = cli("pipeline.schedule=fifo", "output.plots=false", f"hydra.run.dir={out}")
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert line.startswith("error: pipeline.schedule: unknown scheduler 'fifo'") and "\n" not in line
+    log = (out / "run.log").read_text().strip()
+    assert log.endswith(line) and len(log.splitlines()) == 1, log
+    assert not (out / "summary.json").exists()
+
+
 def test_full_error_shows_the_traceback(tmp_path):
     env = dict(os.environ, HYDRA_FULL_ERROR="1")
     proc = subprocess.run([sys.executable, "-m", "hops.run", "pipeline.schedule=fifo", "output.plots=false",

@@ -143,7 +143,9 @@ def _job_failed(message: str, hc, run_dir: Path, multirun: bool, exc: BaseExcept
     """A job ended by a user error: in a sweep, recorded for the sweep table and NaN returned,
     so one bad combination does not lose the others (hops.run.sweep reports failed jobs and
     makes the sweep exit with code 2); in a single run, one line and exit code 2, here, before
-    Hydra adds its own "Error executing job" line."""
+    Hydra adds its own "Error executing job" line. Either way the job's run.log gets the line:
+    the run directory Hydra made for it says why it holds no outputs."""
+    _to_job_log(f"error: {message}", "ERROR")
     if multirun:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -172,11 +174,11 @@ def _size(doc: dict) -> str:
             f"{sim.get('batches', 1)} iterations")
 
 
-def _to_job_log(text: str) -> None:
-    """Hydra's job log (<run dir>/run.log) gets the printed summary too."""
+def _to_job_log(text: str, level: str = "INFO") -> None:
+    """Hydra's job log (<run dir>/run.log) gets the printed summary (or error) too."""
     import logging
 
-    record = logging.LogRecord("hops.run", logging.INFO, __file__, 0, text, None, None)
+    record = logging.LogRecord("hops.run", getattr(logging, level), __file__, 0, text, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
