@@ -234,6 +234,47 @@ def test_scenario_file_on_a_fixture_with_overrides(tmp_path, fixtures_root, monk
     assert (again / "events.csv").read_bytes() == (out / "events.csv").read_bytes()
 
 
+def scenario_with_host_overhead(tmp_path: Path) -> Path:
+    """conf/scenario/h100_pair.yaml plus a host overhead, which conf/'s defaults hold as null."""
+    import yaml
+
+    doc = yaml.safe_load((CONF_DIR / "scenario" / "h100_pair.yaml").read_text())
+    doc["pipeline"]["host_overhead"] = {"kind": "constant", "ms": 40.0}
+    f = tmp_path / "overhead.yaml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return f
+
+
+def test_a_deletion_is_replayed_on_a_scenario_file_like_on_a_named_scenario(tmp_path):
+    """README: section overrides, `~pipeline.host_overhead` among them, are replayed on top of the file."""
+    f = scenario_with_host_overhead(tmp_path)
+    proc = cli(f"scenario_file={f}", "~pipeline.host_overhead", "output.plots=false",
+               f"hydra.run.dir={tmp_path / 'deleted'}")
+    assert proc.returncode == 0, proc.stderr
+    ran = load_scenario(tmp_path / "deleted" / "scenario.yaml").raw
+    assert "host_overhead" not in ran["pipeline"]
+    named = cli("+scenario=h100_pair", "output.plots=false", f"hydra.run.dir={tmp_path / 'named'}")
+    kept = cli(f"scenario_file={f}", "output.plots=false", f"hydra.run.dir={tmp_path / 'kept'}")
+    samples = {d: json.loads((tmp_path / d / "summary.json").read_text())["throughput"]["samples_per_s"]
+               for d in ("deleted", "named", "kept")}
+    assert named.returncode == kept.returncode == 0
+    assert samples["deleted"] == samples["named"] > samples["kept"], samples
+
+
+def test_a_sweep_over_a_scenario_file_with_a_deletion_shows_the_deletion_as_typed(tmp_path):
+    f = scenario_with_host_overhead(tmp_path)
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "hydra/launcher=basic", f"scenario_file={f}", "~pipeline.host_overhead", "simulation.seed=1,2",
+               "output.plots=false", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr
+    jobs = [ln for ln in proc.stdout.splitlines() if ln.startswith("[job ")]
+    assert len(jobs) == 2 and all(" ~pipeline.host_overhead simulation.seed=" in ln for ln in jobs), proc.stdout
+    rows = read_csv(sweep / "sweep_results.csv")
+    assert [(r["pipeline.host_overhead"], r["simulation.seed"], r["status"]) for r in rows] == [
+        ("", "1", "ok"), ("", "2", "ok")]
+    assert not any(k.startswith("scenario_file_delete") for k in rows[0])
+
+
 def test_scenario_file_runs_a_fixture_unchanged(tmp_path, fixtures_root):
     path = fixtures_root / FIXTURE
     out = run_inproc(tmp_path, f"scenario_file={path}", "output.plots=false")

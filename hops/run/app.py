@@ -228,15 +228,20 @@ def apply_section_overrides(doc, overrides: list[str], cfg) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf, open_dict
 
+    from hops.run.file_deletions import deleted_key
+
     for ov in OverridesParser.create().parse_overrides(overrides):
         key = ov.key_or_group
+        delete = ov.is_delete()
+        if deleted_key(key) is not None:  # `~key` as main() handed it to Hydra (hops.run.file_deletions)
+            key, delete = deleted_key(key), True
         head = key.split(".", 1)[0]
         if head not in SECTIONS:
             continue
         if "." not in key and head in GROUP_SECTIONS:  # a config-group choice: the composed section
             doc[head] = OmegaConf.to_container(cfg[head], resolve=True)
             continue
-        if ov.is_delete():
+        if delete:
             parent_key, _, leaf = key.rpartition(".")
             parent = OmegaConf.select(doc, parent_key) if parent_key else doc
             if parent is not None and leaf in parent:
@@ -460,7 +465,9 @@ def format_summary(result, name: str, paths: dict[str, Path]) -> str:
 
 def job_line(summary: dict, hc, run_dir: Path) -> str:
     """One line per sweep job (jobs run in parallel; their full summaries are in their dirs)."""
-    ovs = " ".join(o.lstrip("+") for o in hc.overrides.task)
+    from hops.run.file_deletions import as_typed
+
+    ovs = " ".join(as_typed(o).lstrip("+") for o in hc.overrides.task)
     return (f"[job {hc.job.num}] {ovs or '(defaults)'}: {summary['throughput']['samples_per_s']:.2f} samples/s, "
             f"bubble {100 * summary['bubble_ratio']:.1f} % -> {run_dir}")
 
@@ -578,7 +585,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: config tree not found at {CONF_DIR} (a broken install: reinstall hops with pip install .)",
               file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
-    args = open_namespace_args(list(sys.argv[1:] if argv is None else argv))
+    from hops.run import file_deletions
+
+    args = file_deletions.for_hydra(open_namespace_args(list(sys.argv[1:] if argv is None else argv)), SECTIONS)
     global _USER_FULL_ERROR
     user_full_error = _USER_FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"
     # Make Hydra raise instead of printing its multi-line report; we print one line ourselves.

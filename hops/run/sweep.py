@@ -226,8 +226,10 @@ def collect(sweep_dir: Path, since: float | None = None) -> tuple[list[dict], li
 
 def _add_overrides(row: dict, overrides, keys: list) -> None:
     """A job's Hydra overrides as columns (`+`/`~` prefixes dropped), first-seen column order."""
+    from hops.run.file_deletions import as_typed
+
     for item in overrides:
-        key, _, value = str(item).partition("=")
+        key, _, value = as_typed(str(item)).partition("=")
         key = key.lstrip("+~")
         if key not in keys:
             keys.append(key)
