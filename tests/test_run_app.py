@@ -275,6 +275,26 @@ def test_a_sweep_over_a_scenario_file_with_a_deletion_shows_the_deletion_as_type
     assert not any(k.startswith("scenario_file_delete") for k in rows[0])
 
 
+def test_a_run_dirs_scenario_yaml_names_the_command_that_reruns_it_exactly(tmp_path):
+    """scenario.yaml is "exactly the scenario that ran"; the catalog overrides (presets, not scenario)
+    are on the re-run command its header gives, and the re-run keeps the run's name."""
+    first = cli("+scenario=hetero_pp4", "catalog.interconnects.ethernet.bandwidth_gbps=1.5", "output.plots=false",
+                f"hydra.run.dir={tmp_path / 'first'}")
+    assert first.returncode == 0, first.stderr
+    header = (tmp_path / "first" / "scenario.yaml").read_text().splitlines()[:2]
+    assert header[0].endswith("Re-run it exactly with:"), header
+    command = shlex.split(header[1].lstrip("# "))
+    assert command[:3] == ["python", "-m", "hops.run"], command
+    again = cli(*command[3:], "output.plots=false", f"hydra.run.dir={tmp_path / 'again'}")
+    plain = cli(f"scenario_file={tmp_path / 'first' / 'scenario.yaml'}", "output.plots=false",
+                f"hydra.run.dir={tmp_path / 'plain'}")
+    assert again.returncode == plain.returncode == 0, again.stderr + plain.stderr
+    samples = {d: json.loads((tmp_path / d / "summary.json").read_text())["throughput"]["samples_per_s"]
+               for d in ("first", "again", "plain")}
+    assert samples["again"] == samples["first"] != samples["plain"], samples  # the override matters here
+    assert again.stdout.splitlines()[0].startswith("HOPS hetero_pp4: "), again.stdout
+
+
 def test_scenario_file_runs_a_fixture_unchanged(tmp_path, fixtures_root):
     path = fixtures_root / FIXTURE
     out = run_inproc(tmp_path, f"scenario_file={path}", "output.plots=false")

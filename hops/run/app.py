@@ -209,11 +209,27 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
                                 str(path))
         doc = OmegaConf.create(data)
         apply_section_overrides(doc, list(hc.overrides.task), cfg)
-        name = path.parent.name if path.name == "hops.base.yaml" else path.stem
+        name = path.parent.name if path.name == "hops.base.yaml" else _run_name(path) or path.stem
         return OmegaConf.to_container(doc, resolve=True), name
     container = OmegaConf.to_container(cfg, resolve=True)
     doc = {key: container[key] for key in SECTIONS if key in container}
     return doc, choices.get("scenario") or "hetero_pp4 (default)"
+
+
+def _run_name(path: Path) -> str | None:
+    """A run directory's scenario.yaml re-runs under the name of the run that wrote it (its summary.json)."""
+    import json
+
+    from hops.outputs.files import SUMMARY
+
+    summary = path.parent / SUMMARY
+    if path.name != "scenario.yaml" or not summary.is_file():
+        return None
+    try:
+        name = json.loads(summary.read_text())["provenance"]["scenario"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) and name else None
 
 
 def apply_section_overrides(doc, overrides: list[str], cfg) -> None:
@@ -292,7 +308,8 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
     if out.get("events", True):
         plan.append(("events", "events.csv", lambda p: outputs.write_events_csv(tl, p)))
     # exactly what ran: re-run with scenario_file=<this>
-    plan.append(("scenario", "scenario.yaml", _scenario_yaml(result.scenario.raw, catalog_overrides)))
+    plan.append(("scenario", "scenario.yaml",
+                 _scenario_yaml(result.scenario.raw, run_dir / "scenario.yaml", catalog_overrides)))
     if out.get("plots", True):  # partials, not lambdas: a chart process is sent them pickled
         from hops.outputs.plots import plot_dashboard, plot_timeline  # cheap: matplotlib loads when one draws
 
@@ -356,13 +373,17 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
     return paths
 
 
-def _scenario_yaml(doc: dict, catalog_overrides: dict | None = None) -> str:
+def _scenario_yaml(doc: dict, path: Path, catalog_overrides: dict | None = None) -> str:
+    """The scenario as it ran, headed by the command that re-runs it exactly: the run's
+    `catalog.*` overrides change presets, not the scenario, so they go on that command line."""
+    import json
+
     import yaml
 
-    head = "# The scenario this run simulated (all overrides applied). Re-run: python -m hops.run scenario_file=<this>\n"
-    if catalog_overrides:
-        head += "# ... with these preset overrides: " + " ".join(
-            f"catalog.{k}={v}" for k, v in catalog_overrides.items()) + "\n"
+    args = [f"scenario_file={path.resolve()}", *(f"catalog.{k}={v if isinstance(v, str) else json.dumps(v)}"
+                                                 for k, v in (catalog_overrides or {}).items())]
+    head = ("# The scenario this run simulated (all overrides applied). Re-run it exactly with:\n"
+            f"#   {PROG} {' '.join(map(shlex.quote, args))}\n")
     return head + yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=None, width=120)
 
 
