@@ -535,6 +535,23 @@ def test_readme_scheduler_plugin_example_works(tmp_path):
     assert summary["schedule"] == f"{module}.{cls}"
 
 
+def test_readmes_sweep_table_columns_are_the_tables_columns(tmp_path):
+    """README lists sweep_results.csv's columns: `job`, the overrides, then the fixed ones, in order."""
+    from hops.run.sweep import write_sweep_table
+
+    text = " ".join(README.read_text().split())
+    listed = re.search(r"sweep_results\.csv`: one row per job, columns `job`, then its overrides \(.*?\), then "
+                       r"(`.*?`)\.", text)
+    assert listed, "README's sweep table column list not found"
+    sweep = tmp_path / "sweep"
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- +scenario=h100_pair\n- simulation.seed=1\n")
+    (sweep / "0" / "summary.json").write_text("{}")
+    columns = list(read_csv(write_sweep_table(sweep))[0])
+    assert columns[:3] == ["job", "scenario", "simulation.seed"]
+    assert re.findall(r"`([^`]+)`", listed.group(1)) == columns[3:]
+
+
 def test_ci_runs_the_readme_test_command_verbatim_and_installs_nothing_else_from_pypi():
     """A newcomer's test run and CI's are the same run: .ci/run adds no pip install of its own."""
     command = re.search(r"^(pip install .*python -m pytest)$", README.read_text(), flags=re.M).group(1)
