@@ -282,8 +282,8 @@ def test_a_run_dirs_scenario_yaml_names_the_command_that_reruns_it_exactly(tmp_p
                 f"hydra.run.dir={tmp_path / 'first'}")
     assert first.returncode == 0, first.stderr
     header = (tmp_path / "first" / "scenario.yaml").read_text().splitlines()[:2]
-    assert header[0].endswith("Re-run it exactly with:"), header
-    command = shlex.split(header[1].lstrip("# "))
+    assert header[0].endswith("Re-run it exactly with (THIS_FILE: this file):"), header
+    command = shlex.split(header[1].lstrip("# ").replace("THIS_FILE", str(tmp_path / "first" / "scenario.yaml")))
     assert command[:3] == ["python", "-m", "hops.run"], command
     again = cli(*command[3:], "output.plots=false", f"hydra.run.dir={tmp_path / 'again'}")
     plain = cli(f"scenario_file={tmp_path / 'first' / 'scenario.yaml'}", "output.plots=false",

@@ -308,8 +308,7 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
     if out.get("events", True):
         plan.append(("events", "events.csv", lambda p: outputs.write_events_csv(tl, p)))
     # exactly what ran: re-run with scenario_file=<this>
-    plan.append(("scenario", "scenario.yaml",
-                 _scenario_yaml(result.scenario.raw, run_dir / "scenario.yaml", catalog_overrides)))
+    plan.append(("scenario", "scenario.yaml", _scenario_yaml(result.scenario.raw, catalog_overrides)))
     if out.get("plots", True):  # partials, not lambdas: a chart process is sent them pickled
         from hops.outputs.plots import plot_dashboard, plot_timeline  # cheap: matplotlib loads when one draws
 
@@ -373,17 +372,19 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
     return paths
 
 
-def _scenario_yaml(doc: dict, path: Path, catalog_overrides: dict | None = None) -> str:
+def _scenario_yaml(doc: dict, catalog_overrides: dict | None = None) -> str:
     """The scenario as it ran, headed by the command that re-runs it exactly: the run's
-    `catalog.*` overrides change presets, not the scenario, so they go on that command line."""
+    `catalog.*` overrides change presets, not the scenario, so they go on that command line.
+    The file names itself THIS_FILE, not its path: the same run writes the same bytes wherever
+    its directory is (and however hops was started), and a moved run directory does not point back
+    at the old one."""
     import json
 
     import yaml
 
-    args = [f"scenario_file={path.resolve()}", *(f"catalog.{k}={v if isinstance(v, str) else json.dumps(v)}"
-                                                 for k, v in (catalog_overrides or {}).items())]
-    head = ("# The scenario this run simulated (all overrides applied). Re-run it exactly with:\n"
-            f"#   {PROG} {' '.join(map(shlex.quote, args))}\n")
+    args = [f"catalog.{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in (catalog_overrides or {}).items()]
+    head = ("# The scenario this run simulated (all overrides applied). Re-run it exactly with (THIS_FILE: this file):\n"
+            f"#   {' '.join(['python -m hops.run scenario_file=THIS_FILE', *map(shlex.quote, args)])}\n")
     return head + yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=None, width=120)
 
 
