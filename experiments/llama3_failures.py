@@ -2,7 +2,7 @@
 
     python -m experiments.llama3_failures [--seeds 20] [--out experiments/llama3_failures]
 
-Loads conf/scenario/llama3_405b_54d.yaml with pyyaml, runs the long-horizon model
+Loads conf/scenario/llama3_405b_54d.yaml with pyyaml (hops.safe_yaml), runs the long-horizon model
 over several seeds with the steady-state iteration time below, prints the
 interruptions by kind and the goodput, sweeps the checkpoint interval (optimum
 marked, compared with the Young/Daly first-order optimum sqrt(2 C M)), and writes
@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 from tqdm import tqdm
 
+from hops import safe_yaml
 from hops.failures import (job_mtbf_hours, parse_failure, simulate_horizon, summary_block,
                            young_daly_interval_minutes)
 
@@ -46,7 +46,7 @@ TABLE5 = {"faulty_gpu": 148, "gpu_hbm3": 72, "software_bug": 54, "network_switch
 
 
 def load_config(path: Path = SCENARIO):
-    doc = yaml.safe_load(path.read_text())
+    doc = safe_yaml.load(path.read_text())
     return parse_failure(doc["failure"]), doc
 
 

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import functools
+import numbers
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic_core import PydanticCustomError
+
 from hops.engine import loop as engine
+from hops.errors import ScenarioError
 from hops.outputs import files as outputs
 from hops.model import physical
 from hops.model.hardware import Catalog, Topology
@@ -15,6 +19,7 @@ from hops.model.memory import memory_summary
 from hops.metrics import summarize
 from hops.provenance import model_fingerprint
 from hops.scenario import Scenario, load_scenario
+from hops.schema.fields import check_number
 from hops.timeline import Timeline
 
 
@@ -60,7 +65,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
     ``on_iteration(done, total)`` is called after each simulated iteration (for a progress line)."""
     catalog = catalog or Catalog.load()
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, catalog)
-    seed = sc.seed if seed is None else int(seed)
+    seed = sc.seed if seed is None else _seed(seed)
     topo = Topology(sc, catalog)
     res = engine.run(sc, catalog, seed, topology=topo, on_iteration=on_iteration)
     summary = summarize(res.timeline)
@@ -117,6 +122,16 @@ def code_provenance() -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     return {"hops_version": version, "git_commit": commit}
+
+
+def _seed(value: Any) -> int:
+    """The `seed` argument checked as the scenario's `simulation.seed` is (a numpy integer is an integer)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
+    try:
+        return check_number(value, ge=0, integer=True, cap=2**63 - 1)
+    except PydanticCustomError as exc:
+        raise ScenarioError("seed", exc.message()) from None
 
 
 def run_horizon(sc: Scenario, topo: Topology, catalog: Catalog, summary: dict, seed: int):

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository (or install) root h
 
 MODEL_FILES = (
     "hops/api.py", "hops/scenario.py", "hops/scenario_types.py", "hops/timeline.py", "hops/metrics.py",
+    "hops/safe_yaml.py",  # how the presets' and scenarios' numbers are read
     "hops/model/*.py", "hops/engine/*.py",
     "hops/failures/*.py", "hops/schedulers/*.py", "hops/traces/*.py", "hops/schema/*.py",
     "hops/presets/*.yaml",

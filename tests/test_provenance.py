@@ -32,6 +32,7 @@ NOT_MODEL = {
     "hops/run/charts_alongside.py": "draws a run's PNG outputs in a forked child",
     "hops/run/run_dir.py": "locks and clears a run's output directory",
     "hops/run/sweep.py": "reports on finished runs",
+    "hops/run/file_deletions.py": "hands a scenario_file run's ~key overrides through Hydra",
     "hops/outputs/__init__.py": "lazy access to the writers",
     "hops/outputs/chrome_trace.py": "an output format of a finished timeline",
     "hops/outputs/files.py": "atomic writers and formats of finished results",

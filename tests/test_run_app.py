@@ -234,6 +234,67 @@ def test_scenario_file_on_a_fixture_with_overrides(tmp_path, fixtures_root, monk
     assert (again / "events.csv").read_bytes() == (out / "events.csv").read_bytes()
 
 
+def scenario_with_host_overhead(tmp_path: Path) -> Path:
+    """conf/scenario/h100_pair.yaml plus a host overhead, which conf/'s defaults hold as null."""
+    import yaml
+
+    doc = yaml.safe_load((CONF_DIR / "scenario" / "h100_pair.yaml").read_text())
+    doc["pipeline"]["host_overhead"] = {"kind": "constant", "ms": 40.0}
+    f = tmp_path / "overhead.yaml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return f
+
+
+def test_a_deletion_is_replayed_on_a_scenario_file_like_on_a_named_scenario(tmp_path):
+    """README: section overrides, `~pipeline.host_overhead` among them, are replayed on top of the file."""
+    f = scenario_with_host_overhead(tmp_path)
+    proc = cli(f"scenario_file={f}", "~pipeline.host_overhead", "output.plots=false",
+               f"hydra.run.dir={tmp_path / 'deleted'}")
+    assert proc.returncode == 0, proc.stderr
+    ran = load_scenario(tmp_path / "deleted" / "scenario.yaml").raw
+    assert "host_overhead" not in ran["pipeline"]
+    named = cli("+scenario=h100_pair", "output.plots=false", f"hydra.run.dir={tmp_path / 'named'}")
+    kept = cli(f"scenario_file={f}", "output.plots=false", f"hydra.run.dir={tmp_path / 'kept'}")
+    samples = {d: json.loads((tmp_path / d / "summary.json").read_text())["throughput"]["samples_per_s"]
+               for d in ("deleted", "named", "kept")}
+    assert named.returncode == kept.returncode == 0
+    assert samples["deleted"] == samples["named"] > samples["kept"], samples
+
+
+def test_a_sweep_over_a_scenario_file_with_a_deletion_shows_the_deletion_as_typed(tmp_path):
+    f = scenario_with_host_overhead(tmp_path)
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "hydra/launcher=basic", f"scenario_file={f}", "~pipeline.host_overhead", "simulation.seed=1,2",
+               "output.plots=false", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr
+    jobs = [ln for ln in proc.stdout.splitlines() if ln.startswith("[job ")]
+    assert len(jobs) == 2 and all(" ~pipeline.host_overhead simulation.seed=" in ln for ln in jobs), proc.stdout
+    rows = read_csv(sweep / "sweep_results.csv")
+    assert [(r["pipeline.host_overhead"], r["simulation.seed"], r["status"]) for r in rows] == [
+        ("", "1", "ok"), ("", "2", "ok")]
+    assert not any(k.startswith("scenario_file_delete") for k in rows[0])
+
+
+def test_a_run_dirs_scenario_yaml_names_the_command_that_reruns_it_exactly(tmp_path):
+    """scenario.yaml is "exactly the scenario that ran"; the catalog overrides (presets, not scenario)
+    are on the re-run command its header gives, and the re-run keeps the run's name."""
+    first = cli("+scenario=hetero_pp4", "catalog.interconnects.ethernet.bandwidth_gbps=1.5", "output.plots=false",
+                f"hydra.run.dir={tmp_path / 'first'}")
+    assert first.returncode == 0, first.stderr
+    header = (tmp_path / "first" / "scenario.yaml").read_text().splitlines()[:2]
+    assert header[0].endswith("Re-run it exactly with (THIS_FILE: this file):"), header
+    command = shlex.split(header[1].lstrip("# ").replace("THIS_FILE", str(tmp_path / "first" / "scenario.yaml")))
+    assert command[:3] == ["python", "-m", "hops.run"], command
+    again = cli(*command[3:], "output.plots=false", f"hydra.run.dir={tmp_path / 'again'}")
+    plain = cli(f"scenario_file={tmp_path / 'first' / 'scenario.yaml'}", "output.plots=false",
+                f"hydra.run.dir={tmp_path / 'plain'}")
+    assert again.returncode == plain.returncode == 0, again.stderr + plain.stderr
+    samples = {d: json.loads((tmp_path / d / "summary.json").read_text())["throughput"]["samples_per_s"]
+               for d in ("first", "again", "plain")}
+    assert samples["again"] == samples["first"] != samples["plain"], samples  # the override matters here
+    assert again.stdout.splitlines()[0].startswith("HOPS hetero_pp4: "), again.stdout
+
+
 def test_scenario_file_runs_a_fixture_unchanged(tmp_path, fixtures_root):
     path = fixtures_root / FIXTURE
     out = run_inproc(tmp_path, f"scenario_file={path}", "output.plots=false")
@@ -345,6 +406,18 @@ def test_bad_input_from_the_command_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "available:" in lines[0] and "Traceback" not in proc.stderr
     assert not proc.stdout.strip()
+
+
+def test_a_run_ended_by_a_user_error_says_why_in_its_run_log(tmp_path):
+    """Hydra made the run directory before the scenario was read: its run.log is not left empty."""
+    out = tmp_path / "x"
+    proc = cli("pipeline.schedule=fifo", "output.plots=false", f"hydra.run.dir={out}")
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert line.startswith("error: pipeline.schedule: unknown scheduler 'fifo'") and "\n" not in line
+    log = (out / "run.log").read_text().strip()
+    assert log.endswith(line) and len(log.splitlines()) == 1, log
+    assert not (out / "summary.json").exists()
 
 
 def test_full_error_shows_the_traceback(tmp_path):
@@ -462,6 +535,37 @@ def test_readme_scheduler_plugin_example_works(tmp_path):
     assert summary["schedule"] == f"{module}.{cls}"
 
 
+def test_readmes_sweep_table_columns_are_the_tables_columns(tmp_path):
+    """README lists sweep_results.csv's columns: `job`, the overrides, then the fixed ones, in order."""
+    from hops.run.sweep import write_sweep_table
+
+    text = " ".join(README.read_text().split())
+    listed = re.search(r"sweep_results\.csv`: one row per job, columns `job`, then its overrides \(.*?\), then "
+                       r"(`.*?`)\.", text)
+    assert listed, "README's sweep table column list not found"
+    sweep = tmp_path / "sweep"
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- +scenario=h100_pair\n- simulation.seed=1\n")
+    (sweep / "0" / "summary.json").write_text("{}")
+    columns = list(read_csv(write_sweep_table(sweep))[0])
+    assert columns[:3] == ["job", "scenario", "simulation.seed"]
+    assert re.findall(r"`([^`]+)`", listed.group(1)) == columns[3:]
+
+
+def test_readmes_llama_3_8b_scenario_runs_as_written_with_adams_state_in_memory(tmp_path):
+    text = README.read_text()
+    snippet = next(b for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S) if "# Llama-3-8B" in b)
+    f = tmp_path / "llama3_8b.yaml"
+    f.write_text(snippet)
+    proc = cli(f"scenario_file={f}", "output.plots=false", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # A middle stage's 8 layers hold 8 x 218 M = 1.75e9 parameters (Q, O 4096^2; K, V 4096 x 1024;
+    # three 4096 x 14336 FFN matrices); with Adam's mixed-precision state, >= 16 B each (2 B weights,
+    # 2-4 B gradients, 12 B fp32 master and moments), >= 28 GB. Without it the GPUs showed 4-5.6 GB.
+    assert min(summary["peak_memory_mb"].values()) > 28_000, summary["peak_memory_mb"]
+
+
 def test_ci_runs_the_readme_test_command_verbatim_and_installs_nothing_else_from_pypi():
     """A newcomer's test run and CI's are the same run: .ci/run adds no pip install of its own."""
     command = re.search(r"^(pip install .*python -m pytest)$", README.read_text(), flags=re.M).group(1)
@@ -478,3 +582,51 @@ def test_readme_has_one_test_command_and_the_gallery_image():
     assert 'pip install -e ".[dev]" && python -m hops.run' in text
     for img in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (REPO / img).is_file(), img
+
+
+# --------------------------------------------------------------------------- the `hops` command
+def hops_command(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`hops ARGS` as the console script pip installs runs it (pyproject's [project.scripts] entry
+    point, sys.argv[0] "hops"), on this checkout's code."""
+    import tomllib
+
+    module, func = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["hops"].split(":")
+    code = f"import sys; sys.argv[0] = 'hops'; from {module} import {func}; sys.exit({func}())"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd or REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_hops_help_lists_every_subcommand():
+    from hops.run.app import SUBCOMMANDS
+
+    proc = hops_command("--help")
+    assert proc.returncode == 0, proc.stderr
+    for name in SUBCOMMANDS:
+        assert re.search(rf"^\s+hops {name} ", proc.stdout, flags=re.M), (name, proc.stdout[:1500])
+
+
+def test_readmes_list_of_hops_commands_has_every_subcommand():
+    from hops.run.app import SUBCOMMANDS
+
+    text = README.read_text()
+    block = text[text.index("It installs one command, `hops`"):]
+    block = block[:block.index("```", block.index("```") + 3)]
+    for name in SUBCOMMANDS:
+        assert re.search(rf"^hops {name} ", block, flags=re.M), (name, block)
+
+
+@pytest.mark.parametrize("command", ["python -m hops.run.sweep", "hops sweep"])
+def test_sweep_of_a_missing_directory_says_so_in_one_line(tmp_path, command):
+    missing = tmp_path / "multirun" / "nope"
+
+    def run(*args):
+        if command == "hops sweep":
+            return hops_command("sweep", *args)
+        return subprocess.run([sys.executable, "-m", "hops.run.sweep", *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+
+    proc = run(str(missing))
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: sweep directory not found: {missing}\n", "")
+    proc = run()
+    assert (proc.returncode, proc.stderr) == (2, f"usage: {command} SWEEP_DIR\n")

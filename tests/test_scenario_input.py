@@ -548,3 +548,62 @@ def test_the_cli_shortens_an_echoed_value(tmp_path):
     line = one_line_exit_2(cli("hops.run", f"scenario_file={f}", f"hydra.run.dir={tmp_path / 'run'}"),
                            "hardware.devices[0].gpu")
     assert len(line) < 500, len(line)
+
+
+# --------------------------------------------------------------------------- YAML 1.2 numbers
+H100_PAIR = REPO / "conf" / "scenario" / "h100_pair.yaml"
+EXPONENT_FLOATS = [("1e3", 1000.0), ("1.5E-2", 0.015), ("-2e+5", -200000.0), ("1.0e3", 1000.0), ("2E1", 20.0)]
+
+
+def h100_pair_with_tflop(tmp_path: Path, text: str) -> Path:
+    """conf/scenario/h100_pair.yaml with stage 0's `tflop: 13.19` written as `text`, verbatim."""
+    f = tmp_path / "exp.yaml"
+    f.write_text(H100_PAIR.read_text().replace("tflop: 13.19", f"tflop: {text}", 1))
+    return f
+
+
+@pytest.mark.parametrize("text, value", EXPONENT_FLOATS)
+def test_a_scenario_file_reads_an_exponent_without_a_dot_or_a_sign_as_a_number(tmp_path, text, value):
+    """YAML 1.2 floats (`1e3`), which PyYAML's YAML 1.1 reads as strings."""
+    data, _ = hops.scenario.load_document(h100_pair_with_tflop(tmp_path, text))
+    got = data["pipeline"]["stages"][0]["compute"]["tflop"]
+    assert type(got) is float and got == value
+
+
+def test_a_quoted_exponent_stays_a_string(tmp_path):
+    with pytest.raises(hops.ScenarioError, match=r"tflop: expected a number, got '1e3'"):
+        load_scenario(h100_pair_with_tflop(tmp_path, '"1e3"'))
+
+
+def test_readmes_1e308_example_is_refused_by_the_physical_bound_not_as_a_string(tmp_path):
+    """README: `compute.tflop: 1e308` makes a stage's forward time infinite."""
+    proc = cli("hops.run", f"scenario_file={h100_pair_with_tflop(tmp_path, '1e308')}", "output.plots=false",
+               f"hydra.run.dir={tmp_path / 'run'}")
+    line = one_line_exit_2(proc, "pipeline.stages[0]")
+    assert "got '1e308'" not in line and "expected a number" not in line, line
+
+
+@pytest.mark.parametrize("text, value", [(t, v) for t, v in EXPONENT_FLOATS if v > 0])  # memory_gb > 0
+def test_presets_and_catalog_overrides_read_exponent_floats(tmp_path, text, value):
+    presets = REPO / "hops" / "presets"
+    for f in presets.glob("*.yaml"):
+        (tmp_path / f.name).write_text(f.read_text())
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(devices.read_text().replace("  memory_gb: 80\n", f"  memory_gb: {text}\n", 1))
+    assert Catalog.load(preset_dir=tmp_path).devices["h100"]["memory_gb"] == value
+    assert Catalog.load([f"devices.h100.memory_gb={text}"]).devices["h100"]["memory_gb"] == value
+
+
+# --------------------------------------------------------------------------- library arguments
+@pytest.mark.parametrize("seed, shown", [("x", "'x'"), ("3", "'3'"), (-1, "-1"), (1.5, "1.5"), (True, "True")])
+def test_simulate_refuses_a_seed_that_is_not_an_integer_ge_0_naming_the_argument(seed, shown):
+    with pytest.raises(hops.HopsError) as err:
+        hops.simulate(H100_PAIR, seed=seed)
+    msg = str(err.value)
+    assert msg.startswith("seed: ") and shown in msg and "\n" not in msg, msg
+
+
+def test_simulate_takes_a_numpy_integer_seed_as_that_seed():
+    import numpy as np
+
+    assert hops.simulate(H100_PAIR, seed=np.int64(3)).summary["seed"] == 3

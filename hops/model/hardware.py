@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
-
+from hops import safe_yaml
 from hops.errors import HopsError, echo
 
 PRESET_DIR = Path(__file__).parents[1] / "presets"
@@ -96,7 +95,6 @@ class Catalog:
         return {**self.model, **self.stack(scenario)}
 
 
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
 _PRESETS: dict[tuple, dict] = {}  # parsed preset files, per process
 
 
@@ -112,7 +110,7 @@ def _read_presets(preset_dir: Path) -> dict:
     stamp = (str(preset_dir.resolve()), *((st.st_mtime_ns, st.st_size) for st in stats))
     if stamp not in _PRESETS:
         _PRESETS.clear()
-        _PRESETS[stamp] = {key: yaml.load(p.read_text(), Loader=YAML_LOADER) for key, p in files.items()}
+        _PRESETS[stamp] = {key: safe_yaml.load(p.read_text()) for key, p in files.items()}
     return _copy_tree(_PRESETS[stamp])
 
 
@@ -143,12 +141,7 @@ def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
         if "=" not in item:
             raise CatalogError(f"override {echo(item)}: expected KEY=VALUE, e.g. stacks.fixture_megatron.k_floor_ms.l4=1.2")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw)
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string; a number was meant
-            try:
-                value = float(value)
-            except ValueError:
-                pass
+        value = safe_yaml.load(raw)
         out.append((key.strip(), value))
     return out
 

@@ -143,7 +143,9 @@ def _job_failed(message: str, hc, run_dir: Path, multirun: bool, exc: BaseExcept
     """A job ended by a user error: in a sweep, recorded for the sweep table and NaN returned,
     so one bad combination does not lose the others (hops.run.sweep reports failed jobs and
     makes the sweep exit with code 2); in a single run, one line and exit code 2, here, before
-    Hydra adds its own "Error executing job" line."""
+    Hydra adds its own "Error executing job" line. Either way the job's run.log gets the line:
+    the run directory Hydra made for it says why it holds no outputs."""
+    _to_job_log(f"error: {message}", "ERROR")
     if multirun:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -172,11 +174,11 @@ def _size(doc: dict) -> str:
             f"{sim.get('batches', 1)} iterations")
 
 
-def _to_job_log(text: str) -> None:
-    """Hydra's job log (<run dir>/run.log) gets the printed summary too."""
+def _to_job_log(text: str, level: str = "INFO") -> None:
+    """Hydra's job log (<run dir>/run.log) gets the printed summary (or error) too."""
     import logging
 
-    record = logging.LogRecord("hops.run", logging.INFO, __file__, 0, text, None, None)
+    record = logging.LogRecord("hops.run", getattr(logging, level), __file__, 0, text, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
@@ -207,11 +209,27 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
                                 str(path))
         doc = OmegaConf.create(data)
         apply_section_overrides(doc, list(hc.overrides.task), cfg)
-        name = path.parent.name if path.name == "hops.base.yaml" else path.stem
+        name = path.parent.name if path.name == "hops.base.yaml" else _run_name(path) or path.stem
         return OmegaConf.to_container(doc, resolve=True), name
     container = OmegaConf.to_container(cfg, resolve=True)
     doc = {key: container[key] for key in SECTIONS if key in container}
     return doc, choices.get("scenario") or "hetero_pp4 (default)"
+
+
+def _run_name(path: Path) -> str | None:
+    """A run directory's scenario.yaml re-runs under the name of the run that wrote it (its summary.json)."""
+    import json
+
+    from hops.outputs.files import SUMMARY
+
+    summary = path.parent / SUMMARY
+    if path.name != "scenario.yaml" or not summary.is_file():
+        return None
+    try:
+        name = json.loads(summary.read_text())["provenance"]["scenario"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) and name else None
 
 
 def apply_section_overrides(doc, overrides: list[str], cfg) -> None:
@@ -226,15 +244,20 @@ def apply_section_overrides(doc, overrides: list[str], cfg) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf, open_dict
 
+    from hops.run.file_deletions import deleted_key
+
     for ov in OverridesParser.create().parse_overrides(overrides):
         key = ov.key_or_group
+        delete = ov.is_delete()
+        if deleted_key(key) is not None:  # `~key` as main() handed it to Hydra (hops.run.file_deletions)
+            key, delete = deleted_key(key), True
         head = key.split(".", 1)[0]
         if head not in SECTIONS:
             continue
         if "." not in key and head in GROUP_SECTIONS:  # a config-group choice: the composed section
             doc[head] = OmegaConf.to_container(cfg[head], resolve=True)
             continue
-        if ov.is_delete():
+        if delete:
             parent_key, _, leaf = key.rpartition(".")
             parent = OmegaConf.select(doc, parent_key) if parent_key else doc
             if parent is not None and leaf in parent:
@@ -350,12 +373,18 @@ def write_outputs(result, run_dir: Path, title: str | None = None, catalog_overr
 
 
 def _scenario_yaml(doc: dict, catalog_overrides: dict | None = None) -> str:
+    """The scenario as it ran, headed by the command that re-runs it exactly: the run's
+    `catalog.*` overrides change presets, not the scenario, so they go on that command line.
+    The file names itself THIS_FILE, not its path: the same run writes the same bytes wherever
+    its directory is (and however hops was started), and a moved run directory does not point back
+    at the old one."""
+    import json
+
     import yaml
 
-    head = "# The scenario this run simulated (all overrides applied). Re-run: python -m hops.run scenario_file=<this>\n"
-    if catalog_overrides:
-        head += "# ... with these preset overrides: " + " ".join(
-            f"catalog.{k}={v}" for k, v in catalog_overrides.items()) + "\n"
+    args = [f"catalog.{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in (catalog_overrides or {}).items()]
+    head = ("# The scenario this run simulated (all overrides applied). Re-run it exactly with (THIS_FILE: this file):\n"
+            f"#   {' '.join(['python -m hops.run scenario_file=THIS_FILE', *map(shlex.quote, args)])}\n")
     return head + yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=None, width=120)
 
 
@@ -458,7 +487,9 @@ def format_summary(result, name: str, paths: dict[str, Path]) -> str:
 
 def job_line(summary: dict, hc, run_dir: Path) -> str:
     """One line per sweep job (jobs run in parallel; their full summaries are in their dirs)."""
-    ovs = " ".join(o.lstrip("+") for o in hc.overrides.task)
+    from hops.run.file_deletions import as_typed
+
+    ovs = " ".join(as_typed(o).lstrip("+") for o in hc.overrides.task)
     return (f"[job {hc.job.num}] {ovs or '(defaults)'}: {summary['throughput']['samples_per_s']:.2f} samples/s, "
             f"bubble {100 * summary['bubble_ratio']:.1f} % -> {run_dir}")
 
@@ -576,7 +607,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: config tree not found at {CONF_DIR} (a broken install: reinstall hops with pip install .)",
               file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
-    args = open_namespace_args(list(sys.argv[1:] if argv is None else argv))
+    from hops.run import file_deletions
+
+    args = file_deletions.for_hydra(open_namespace_args(list(sys.argv[1:] if argv is None else argv)), SECTIONS)
     global _USER_FULL_ERROR
     user_full_error = _USER_FULL_ERROR = os.environ.get("HYDRA_FULL_ERROR") == "1"
     # Make Hydra raise instead of printing its multi-line report; we print one line ourselves.
@@ -628,6 +661,7 @@ def cli() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
         import importlib
 
-        sub = importlib.import_module(SUBCOMMANDS[sys.argv[1]])
-        sys.exit(sub.main(sys.argv[2:]))
+        name = sys.argv[1]
+        sub = importlib.import_module(SUBCOMMANDS[name])
+        sys.exit(sub.main(sys.argv[2:], prog="hops sweep") if name == "sweep" else sub.main(sys.argv[2:]))
     main()

@@ -96,8 +96,11 @@ def config_params(config: dict) -> dict[str, str]:
 
 def job_record(job_dir: Path) -> dict:
     """params / metrics / tags / artifacts / status of one job directory, read from its files."""
+    from hops.run.file_deletions import as_typed
+
     overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or [] \
         if (job_dir / ".hydra" / "overrides.yaml").is_file() else []
+    overrides = [as_typed(str(o)) for o in overrides]
     tags = {"run_type": "hops.run", "job_dir": str(job_dir.resolve()), "overrides": " ".join(map(str, overrides))}
     num = _job_num(job_dir)
     if num is not None:

@@ -226,8 +226,10 @@ def collect(sweep_dir: Path, since: float | None = None) -> tuple[list[dict], li
 
 def _add_overrides(row: dict, overrides, keys: list) -> None:
     """A job's Hydra overrides as columns (`+`/`~` prefixes dropped), first-seen column order."""
+    from hops.run.file_deletions import as_typed
+
     for item in overrides:
-        key, _, value = str(item).partition("=")
+        key, _, value = as_typed(str(item)).partition("=")
         key = key.lstrip("+~")
         if key not in keys:
             keys.append(key)
@@ -257,10 +259,14 @@ def failed_jobs(table: Path) -> list[tuple[Any, str]]:
         return [(r["job"], r["status"]) for r in csv.DictReader(fh) if r.get("status") != "ok"]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m hops.run.sweep") -> int:
+    """`prog`: the command as the user typed it (`hops sweep` from the console script)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not Path(args[0]).is_dir():
-        print("usage: python -m hops.run.sweep SWEEP_DIR", file=sys.stderr)
+    if len(args) != 1 or args[0].startswith("-"):
+        print(f"usage: {prog} SWEEP_DIR", file=sys.stderr)
+        return 2
+    if not Path(args[0]).is_dir():
+        print(f"error: sweep directory not found: {args[0]}", file=sys.stderr)
         return 2
     path = write_sweep_table(Path(args[0]))
     if path is None:

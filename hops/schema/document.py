@@ -15,14 +15,12 @@ from typing import Any
 import yaml
 
 from hops.errors import ScenarioError, echo
+from hops.safe_yaml import SafeLoader
 
 MAX_NODES = 1_000_000  # a PP64 x 1024 scenario is a few hundred nodes; 1e6 is far past any real one
 
-_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser where libyaml is available
-
-
-class StrictLoader(_Base):
-    """Safe loader that refuses duplicate mapping keys."""
+class StrictLoader(SafeLoader):
+    """Safe loader (YAML 1.2 floats: hops.safe_yaml) that refuses duplicate mapping keys."""
 
 
 def _construct_mapping(loader, node, deep=False):
