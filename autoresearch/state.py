@@ -13,7 +13,9 @@ has no golden file of its own. In order of precedence it is
 4. ``autoresearch/`` of the checkout containing the working directory (a wheel used from
    inside a clone).
 
-When none applies, the commands that need the state stop with one line saying so.
+When none applies, the commands that need the state (gate, propose, admit, park, revert,
+rebaseline, checkpoint, log, repair) stop with one line saying so, before any work; the
+scoring commands (validate, observe, search) need none and log runs that belong to no iteration.
 Configuration that ships with the package (``gate.yaml``, ``search_space.yaml``) is read
 from the state directory when it has its own copy, else from the package.
 """

@@ -338,6 +338,24 @@ def test_validate_logs_a_run_like_the_other_commands(env, state, capsys):
         {a.path for a in book.client.list_artifacts(new.info.run_id)}
 
 
+def test_validate_needs_no_calibration_state_outside_a_checkout(env, tmp_path, monkeypatch, capsys):
+    """An installed wheel scores fixtures without a golden file: its run belongs to no iteration."""
+    from autoresearch import state as state_mod
+
+    monkeypatch.delenv(state_mod.ENV, raising=False)
+    monkeypatch.setattr(state_mod, "PACKAGE", tmp_path / "site-packages" / "autoresearch")  # not a checkout
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(state_mod.StateError):
+        state_mod.state_dir()
+    book = ledger.Ledger()
+    before = {r.info.run_id for r in book.runs(ledger.CALIBRATION, "tags.run_type = 'validate'")}
+    code, out, err = run(capsys, "validate", "--split", "train", "--fixture", TRAIN[0], "--variant", "spec")
+    assert (code, err) == (0, ""), err
+    assert "aggregates" in out
+    (new,) = [r for r in book.runs(ledger.CALIBRATION, "tags.run_type = 'validate'") if r.info.run_id not in before]
+    assert new.info.status == "FINISHED" and "iteration" not in new.data.tags
+
+
 def test_an_unreachable_tracking_server_is_one_line_within_seconds(env, state, tmp_path):
     """MLflow alone retries a refused connection for about 4 minutes, then shows a traceback."""
     import os
