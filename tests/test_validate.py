@@ -333,6 +333,19 @@ def test_cli_missing_root_is_one_line_exit_2(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and "is not a directory" in proc.stderr
 
 
+def test_a_fixture_root_without_splits_says_how_to_point_at_the_data(tmp_path):
+    """A fresh clone's ./fixtures holds only its README: the way to the data is HOPS_FIXTURES or --fixtures."""
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "README.md").write_text("fixture data lives outside the repo\n")
+    env = {k: v for k, v in os.environ.items() if k != "HOPS_FIXTURES"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.run([sys.executable, "-m", "autoresearch", "validate", "--split", "train"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "split 'train' not found" in line and "HOPS_FIXTURES" in line and "--fixtures ROOT" in line
+
+
 def test_fixture_root_resolution_order(tmp_path, monkeypatch):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
