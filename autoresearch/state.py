@@ -49,7 +49,10 @@ def _checkout_state(start: Path) -> Path | None:
 def use(path: str | os.PathLike) -> Path:
     """Make `path` the state directory of this process (and of the workers it starts)."""
     d = Path(path).expanduser().resolve()
-    if d.exists() and not d.is_dir():
+    if not d.exists():  # a mistyped path, not a state to bootstrap: nothing may be written there
+        where = "" if str(path) == str(d) else f" ({d})"
+        raise StateError(f"--state {path}: no such directory{where}; check the path, or create it to start a new state")
+    if not d.is_dir():
         raise StateError(f"--state {path}: not a directory")
     os.environ[ENV] = str(d)
     return d
