@@ -547,7 +547,7 @@ def write_report_artifacts(report, directory: Path, *, title: str, sections: Ite
     group_rows = [[g, label, v, a["mape"], a["bubble_mae_pp"], int(a["n"])]
                   for g, labels in groups.items() for label, per in labels.items() for v, a in per.items()]
     md = [f"# {title}", "", f"split `{report.split}`, {table['id'].nunique() if len(table) else 0} fixtures, "
-          f"catalog {report.fingerprint}", "", *sections, "", "## Aggregates", "", aggregates_md(report.aggregates()),
+          f"model {report.model_fingerprint}, catalog {report.catalog_fingerprint}", "", *sections, "", "## Aggregates", "", aggregates_md(report.aggregates()),
           "", "## Groups", "", md_table(["group", "label", "variant", "MAPE %", "bubble MAE pp", "n"], group_rows),
           "", "Per-fixture scores: fixtures.csv. Plots: scatter.png, groups.png.", ""]
     (directory / "report.md").write_text("\n".join(md))
