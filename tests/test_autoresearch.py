@@ -413,7 +413,13 @@ def test_runs_carry_the_documented_params_metrics_tags_and_artifacts(env, state,
 def test_observe_ranks_contributors_with_numbers_and_logs_a_run(env, state, capsys):
     code, out, _ = run(capsys, "observe", "--top", "3")
     assert code == 0
-    assert re.search(r"(first|middle|last)-stage \w+ [\w -]+ (under|over)-predicted [\d.]+x on \d+ fixtures?", out), out
+    lines = re.findall(r"(?:first|middle|last)-stage \w+ [\w -]+ (under|over)-predicted ([+-][\d.]+)% on \d+ "
+                       r"fixtures? \(measured ([\d.]+) vs predicted ([\d.]+) ms", out)
+    assert lines, out
+    for direction, pct, measured, predicted in lines:  # the relative error, signed as the throughput error is
+        m, p = float(measured), float(predicted)
+        assert (direction == "over") == (float(pct) >= 0)
+        assert float(pct) == pytest.approx(100 * (p - m) / m, abs=0.01 + 10 / m)  # m, p were rounded to 0.1 ms
     assert "groups by contribution" in out and "worst fixtures" in out
     book = ledger.Ledger()
     obs = max(book.runs(ledger.CALIBRATION, "tags.run_type = 'observe'"), key=lambda r: r.info.start_time)
