@@ -22,7 +22,8 @@ from pathlib import Path
 from hops.errors import HopsError
 
 from . import ledger
-from .iteration_runs import close_effect, close_record, log_gate, open_refusal, replay_unfinished, short_title, snapshot_or_none
+from .iteration_runs import (close_effect, close_record, log_gate, open_refusal, replay_unfinished, short_title,
+                             snapshot_or_none, untracked_at_open, untracked_tags)
 
 
 def _fixtures(p) -> None:
@@ -291,11 +292,12 @@ def run_propose(args) -> int:
         if current is not None:
             raise open_refusal(current)
         before = {v: golden["aggregates"][v] for v in cfg.gated_variants if v in golden["aggregates"]}
+        users = worktree.untracked() if worktree.is_repo() else []  # theirs, not the change's: kept out of it
         if on:
             if not worktree.owns_tree():
                 raise HopsError(f"--on edits the working tree, but the calibration state ({ledger.state_dir()}) is "
                                 f"not in this repository ({ledger.REPO}); unset HOPS_AUTORESEARCH_STATE")
-            if worktree.snapshot() != worktree.head_tree():
+            if worktree.snapshot(users) != worktree.head_tree():
                 raise HopsError("--on applies parked patches to the working tree, which has uncommitted changes: "
                                 "commit them, or close them as an iteration first")
             tree = stack.base_tree(on)  # refuses a patch that no longer applies, before anything changes
@@ -316,6 +318,7 @@ def run_propose(args) -> int:
         run = book.start_run(ledger.CALIBRATION, f"it{n} iteration: {title}", run_type="iteration",
                              params=ledger.provenance(cfg.split, cfg.gated_variants), tags=tags)
         ledger.crash_point("propose:created")
+        book.log(run, tags=untracked_tags(users))
         book.log(run, metrics=ledger.aggregate_metrics(before, prefix="before."), tags={"outcome": "open", "reason": ""})
         if on:
             worktree.apply([stack.patch_file(stack.parked(k)) for k in on])
@@ -324,6 +327,10 @@ def run_propose(args) -> int:
           + "; baseline = " + ("the stacked tree:" if on else "golden file:"))
     for v, a in before.items():
         print(f"  {v}: MAPE {a['mape']:.2f}%, bubble MAE {a['bubble_mae_pp']:.2f} pp, rho {a['rho_mean']:.2f}")
+    if users:
+        print(f"untracked before this iteration, so never part of its patch nor removed by park / revert: "
+              f"{', '.join(users[:8])}{', ...' if len(users) > 8 else ''} (commit one first to make it part of "
+              f"the change)")
     print("next: change the code, `python -m autoresearch gate`, then `admit`, `park` or `revert --reason ...`")
     return 0
 
@@ -349,8 +356,9 @@ def _patch_effects(run, outcome: str, keep_tree: bool) -> tuple[list[dict], dict
     if not worktree.is_repo():
         return [], {}, "not a git repository: no diff saved"
     t = run.data.tags
-    own = stack.own_diff(_stack_on(run))
-    tree = worktree.snapshot()
+    users = untracked_at_open(run)
+    tree = worktree.snapshot(users)
+    own = worktree.diff(stack.base_tree(_stack_on(run)), tree)
     effects, extra = [], {}
     if own.strip():
         name = f"patches/it{t['iteration']}-{worktree.slug(t.get('title') or t.get('hypothesis', ''))}.patch"
@@ -360,7 +368,7 @@ def _patch_effects(run, outcome: str, keep_tree: bool) -> tuple[list[dict], dict
     else:
         note = "no diff to save (the tree holds no change of its own)"
     if not keep_tree and tree != worktree.head_tree() and worktree.owns_tree():
-        effects.append({"kind": "restore", "tree": tree})
+        effects.append({"kind": "restore", "tree": tree, "keep_out": users})
         note += "; working tree restored to HEAD" + (" (parked patches below it removed too; they stay parked)"
                                                      if _stack_on(run) else "")
     return effects, extra, note
@@ -384,7 +392,7 @@ def run_park(args) -> int:
             raise HopsError(f"the last gate of iteration {t['iteration']} was a what-if (--set "
                             f"{t['last_gate_whatif']}), which a patch cannot hold: edit the presets (with "
                             f"citations) and run `gate` on the tree")
-        if t.get("last_gate_tree") != snapshot_or_none():
+        if t.get("last_gate_tree") != snapshot_or_none(untracked_at_open(it)):
             raise HopsError(f"the working tree changed since iteration {t['iteration']}'s last gate: run "
                             f"`python -m autoresearch gate` again, so the parked patch is the tree that was judged")
         from .research_log import from_run
@@ -394,7 +402,7 @@ def run_park(args) -> int:
         if why:
             raise HopsError(f"iteration {t['iteration']} cannot be parked: against its baseline it {why}; a "
                             f"stack member must improve an aggregate on its own (revert it instead)")
-        if not stack.own_diff(_stack_on(it)).strip():
+        if not stack.own_diff(_stack_on(it), untracked_at_open(it)).strip():
             raise HopsError(f"iteration {t['iteration']} changes nothing beyond the patches under it: nothing to park")
         stack.check_size(len(_stack_on(it)) + 1)
         effects, extra, note = _patch_effects(it, "parked", args.keep_tree)

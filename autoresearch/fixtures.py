@@ -138,9 +138,10 @@ def list_fixtures(root: str | os.PathLike, split: str, ids=None, *, token: Check
     if not base.is_dir():
         present = sorted(p.name for p in Path(root).iterdir() if (p / "cluster_results").is_dir()) \
             if Path(root).is_dir() else []
-        present = [p for p in present if p not in ("test",)] or ["none"]
-        raise FixtureError(f"split {split!r} not found: {base} is not a directory "
-                           f"(splits under {root}: {', '.join(present)})")
+        present = [p for p in present if p not in ("test",)]
+        where = ", ".join(present) if present else (
+            "none; point --fixtures ROOT or HOPS_FIXTURES at the fixture data, ROOT/<split>/cluster_results/<id>/")
+        raise FixtureError(f"split {split!r} not found: {base} is not a directory (splits under {root}: {where})")
     found, broken = {}, {}
     for p in sorted(base.iterdir()):
         if p.name.startswith("."):

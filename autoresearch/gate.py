@@ -108,7 +108,7 @@ def build_golden(report, cfg: GateConfig, *, catalog: dict, iteration: int, prov
         "schema": GOLDEN_SCHEMA, "split": report.split, "variants": list(cfg.gated_variants),
         "admitted": {"iteration": iteration, "date": ledger.now(), "git_commit": prov["git_commit"],
                      "git_diff_hash": prov["git_diff_hash"]},
-        "model_fingerprint": prov["model_fingerprint"], "catalog_fingerprint": report.fingerprint,
+        "model_fingerprint": prov["model_fingerprint"], "catalog_fingerprint": report.catalog_fingerprint,
         "catalog": catalog,
         "aggregates": {v: aggs[v] for v in cfg.gated_variants if v in aggs},
         "fixtures": dict(sorted(fixtures.items())),

@@ -6,6 +6,7 @@ dispatches to it: kept in commands.py, the two would import each other.
 """
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -28,13 +29,39 @@ def short_title(text: str, limit: int = 48) -> str:
     return first if len(first) <= limit else first[: limit - 1].rsplit(" ", 1)[0] + "…"
 
 
-def snapshot_or_none() -> str | None:
+def snapshot_or_none(keep_out=()) -> str | None:
     from . import worktree
 
     try:
-        return worktree.snapshot() if worktree.is_repo() else None
+        return worktree.snapshot(keep_out) if worktree.is_repo() else None
     except worktree.TreeError:
         return None
+
+
+UNTRACKED = "untracked_at_open"
+_CHUNK = 6000  # chars per tag value, under MLflow's 8000
+
+
+def untracked_tags(paths: list[str]) -> dict[str, str]:
+    """The untracked paths present when an iteration opened, as tags (JSON lists, split to fit a tag value)."""
+    chunks, cur, size = [], [], 2
+    for p in paths:
+        n = len(json.dumps(p)) + 2  # the quoted path and its ", "
+        if cur and size + n > _CHUNK:
+            chunks.append(cur)
+            cur, size = [], 2
+        cur.append(p)
+        size += n
+    chunks.append(cur)
+    return {UNTRACKED if i == 0 else f"{UNTRACKED}.{i}": json.dumps(c) for i, c in enumerate(chunks)}
+
+
+def untracked_at_open(run) -> list[str]:
+    """The paths `untracked_tags` recorded on an iteration run (none for runs opened before they were recorded)."""
+    t = run.data.tags
+    keys = sorted((k for k in t if k == UNTRACKED or k.startswith(UNTRACKED + ".")),
+                  key=lambda k: int(k.rpartition(".")[2]) if k != UNTRACKED else 0)
+    return [p for k in keys for p in json.loads(t[k])]
 
 
 def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration=None, *, finish: bool = True) -> str:
@@ -79,7 +106,8 @@ def log_gate(result, run_type: str, book: ledger.Ledger | None = None, iteration
         book.log(iteration.info.run_id, metrics=ledger.aggregate_metrics(aggs, prefix="after."),
                  tags={"last_gate_run": run, "last_gate_status": "pass" if result.passed else "fail",
                        "last_gate_violations": "\n".join(result.violations), "last_gate_whatif": whatif or "none",
-                       "last_gate_tree": snapshot_or_none() or "unknown", "last_gate_report": text})
+                       "last_gate_tree": snapshot_or_none(untracked_at_open(iteration)) or "unknown",
+                       "last_gate_report": text})
     book.log(run, tags={"gate": "pass" if result.passed else "fail", "violations": "\n".join(result.violations)})
     if finish:
         book.finish(run)

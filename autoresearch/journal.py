@@ -85,7 +85,8 @@ def _apply(op: str, effects: list[dict], book) -> None:
         elif kind == "restore":
             from . import worktree
 
-            if worktree.snapshot() == e["tree"]:  # the tree is still the one judged: safe to restore
+            # the tree is still the one judged: safe to restore (the user's untracked files, kept out, stay)
+            if worktree.snapshot(e.get("keep_out") or ()) == e["tree"]:
                 worktree.restore(e["tree"])
         else:
             raise ledger.LedgerError(f"journal: unknown effect {kind!r}")

@@ -425,6 +425,19 @@ def experiment_tags(eid: str, current: Mapping[str, str] | None = None) -> dict[
             VIEW_TAG: json.dumps(envelope, sort_keys=True), "mlflow.note.content": note}
 
 
+def open_iteration_if_any(book: Ledger):
+    """The open iteration, or None where there is no calibration state to hold one.
+
+    Scoring (validate, observe, search) needs no golden file: a wheel outside a checkout scores
+    fixtures too, and its runs simply belong to no iteration.
+    """
+    try:
+        state.state_dir()
+    except state.StateError:
+        return None
+    return book.open_iteration()
+
+
 def iteration_tags(run) -> dict[str, str]:
     """The tags an iteration lends to every run logged while it is open."""
     return {k: run.data.tags[k] for k in ITERATION_TAGS if k in run.data.tags} | {"iteration_run": run.info.run_id}
@@ -511,7 +524,7 @@ def log_evaluation(report, command: str, *, overrides=None, sections: Iterable[s
     import tempfile
 
     book = Ledger()
-    it = book.open_iteration()
+    it = open_iteration_if_any(book)
     run = book.start_run(CALIBRATION, command, run_type=command,
                          params=provenance(report.split, report.variants, overrides),
                          tags=iteration_tags(it) if it else {})
@@ -534,7 +547,7 @@ def write_report_artifacts(report, directory: Path, *, title: str, sections: Ite
     group_rows = [[g, label, v, a["mape"], a["bubble_mae_pp"], int(a["n"])]
                   for g, labels in groups.items() for label, per in labels.items() for v, a in per.items()]
     md = [f"# {title}", "", f"split `{report.split}`, {table['id'].nunique() if len(table) else 0} fixtures, "
-          f"catalog {report.fingerprint}", "", *sections, "", "## Aggregates", "", aggregates_md(report.aggregates()),
+          f"model {report.model_fingerprint}, catalog {report.catalog_fingerprint}", "", *sections, "", "## Aggregates", "", aggregates_md(report.aggregates()),
           "", "## Groups", "", md_table(["group", "label", "variant", "MAPE %", "bubble MAE pp", "n"], group_rows),
           "", "Per-fixture scores: fixtures.csv. Plots: scatter.png, groups.png.", ""]
     (directory / "report.md").write_text("\n".join(md))

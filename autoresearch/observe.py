@@ -33,7 +33,7 @@ def contributors(report, fixtures: dict, variant: str) -> pd.DataFrame:
     ph = ph[ph["variant"] == variant].copy()
     if ph.empty:
         return pd.DataFrame(columns=["position", "device", "phase", "measured_ms", "predicted_ms", "abs_error_ms",
-                                     "fixtures", "stages", "ratio", "direction", "share"])
+                                     "fixtures", "stages", "error_pct", "direction", "share"])
     ph["position"] = [position(s, fixtures[i].depth) for i, s in zip(ph["id"], ph["stage"])]
     ph["device"] = [fixtures[i].stage_gpus[s] for i, s in zip(ph["id"], ph["stage"])]
     ph["abs_error_ms"] = (ph["predicted_ms"] - ph["measured_ms"]).abs()
@@ -44,16 +44,17 @@ def contributors(report, fixtures: dict, variant: str) -> pd.DataFrame:
     out["share"] = out["abs_error_ms"] / total if total > 0 else 0.0
     under = out["predicted_ms"] < out["measured_ms"]
     out["direction"] = ["under" if u else "over" for u in under]
-    out["ratio"] = [(m / p if u else p / m) if m > 0 and p > 0 else math.inf
-                    for m, p, u in zip(out["measured_ms"], out["predicted_ms"], under)]
+    out["error_pct"] = [100 * (p - m) / m if m > 0 else math.inf  # the throughput error's definition, per phase
+                        for m, p in zip(out["measured_ms"], out["predicted_ms"])]
     return out.sort_values("abs_error_ms", ascending=False, ignore_index=True)
 
 
 def contributor_line(r) -> str:
     n = max(r["stages"], 1)
     what = f"{r['position']}-stage {r['device']} {PHASE_NAMES.get(r['phase'], r['phase'])}"
-    ratio = f"{r['ratio']:.1f}x" if math.isfinite(r["ratio"]) else "(one side is 0)"
-    return (f"{what} {r['direction']}-predicted {ratio} on {_n(r['fixtures'])} "
+    e = r["error_pct"]
+    error = (f"{e:+.{2 if abs(e) < 1 else 1}f}%" if math.isfinite(e) else "(measured 0)")  # +0.50%, not "1.0x"
+    return (f"{what} {r['direction']}-predicted {error} on {_n(r['fixtures'])} "
             f"(measured {r['measured_ms'] / n:.1f} vs predicted {r['predicted_ms'] / n:.1f} ms/iter per stage; "
             f"{100 * r['share']:.0f}% of phase error)")
 

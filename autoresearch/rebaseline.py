@@ -26,6 +26,7 @@ of HEAD, and the verdict must be about the patched code.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -36,6 +37,7 @@ from hops.errors import HopsError
 from . import ledger, stack, worktree
 
 ENV_TREE = "HOPS_REBASELINE_TREE"  # set for the judging interpreter: the tree the parent applied
+ENV_KEEP = "HOPS_REBASELINE_KEEP"  # and the user's untracked files it found (JSON list): never part of the tree
 
 
 def member_record(n: int) -> dict:
@@ -122,7 +124,8 @@ def start(args) -> int:
         current = book.open_iteration()
         if current is not None:
             raise open_refusal(current)
-        if worktree.snapshot() != worktree.head_tree():
+        users = worktree.untracked()  # the user's, not the members': left where they are
+        if worktree.snapshot(users) != worktree.head_tree():
             raise HopsError("rebaseline applies the members' patches to the working tree, which has uncommitted "
                             "changes: commit or stash them first")
         patches = [stack.patch_file(member_record(n)) for n in ons]
@@ -133,8 +136,8 @@ def start(args) -> int:
     cmd += ["--fixtures", args.fixtures] if args.fixtures else []
     for item in args.explain or []:
         cmd += ["--explain", item]
-    proc = subprocess.run(cmd, env={**os.environ, ENV_TREE: tree})
-    if proc.returncode != 0 and worktree.snapshot() == tree:
+    proc = subprocess.run(cmd, env={**os.environ, ENV_TREE: tree, ENV_KEEP: json.dumps(users)})
+    if proc.returncode != 0 and worktree.snapshot(users) == tree:
         worktree.restore(tree)  # refused or failed: the tree goes back to HEAD, as it was
         print("rebaseline: working tree restored to HEAD", file=sys.stderr)
     return proc.returncode
@@ -148,12 +151,13 @@ def judge(args) -> int:
     from .validate import validate
 
     tree, reason = os.environ.pop(ENV_TREE), args.confirm_human.strip()
+    users = json.loads(os.environ.pop(ENV_KEEP, "[]"))
     ons = stack.parse_on(args.on)
     explain = parse_explanations(args.explain)
     book = ledger.Ledger()
     with ledger.state_lock():
         replay_unfinished(book)
-        if worktree.snapshot() != tree:
+        if worktree.snapshot(users) != tree:
             raise HopsError("the working tree changed while the re-baseline was being judged; start again")
         records = {n: member_record(n) for n in ons}
         result = run_gate(root=args.fixtures, jobs=args.jobs)

@@ -282,7 +282,7 @@ def _optimize(study, book, parent, params, weights, root, jobs, split, trials, p
 
 
 def _open_tags(book) -> dict:
-    run = book.open_iteration()
+    run = ledger.open_iteration_if_any(book)
     return ledger.iteration_tags(run) if run else {}
 
 

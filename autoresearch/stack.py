@@ -29,6 +29,7 @@ import pandas as pd
 from hops.errors import HopsError
 
 from . import ledger, worktree
+from .iteration_runs import untracked_at_open
 from .scoring import aggregate
 
 MAX_MEMBERS = 4
@@ -101,7 +102,7 @@ def members(run) -> list[Member]:
     below = [int(x) for x in (t.get("stack_on") or "").split(",") if x]
     out = [Member(n, (rec := parked(n)).get("title") or rec.get("hypothesis", "")[:60], patch_file(rec), rec)
            for n in below]
-    if own_diff(below):
+    if own_diff(below, untracked_at_open(run)):
         out.append(Member(int(t["iteration"]), t.get("title") or t.get("hypothesis", "")[:60], None, None))
     return out
 
@@ -110,9 +111,9 @@ def base_tree(stack_on: list[int]) -> str:
     return worktree.stacked([patch_file(parked(n)) for n in stack_on]) if stack_on else worktree.head_tree()
 
 
-def own_diff(stack_on: list[int]) -> str:
-    """The open iteration's change alone: the working tree minus HEAD and the parked patches under it."""
-    return worktree.diff(base_tree(stack_on), worktree.snapshot())
+def own_diff(stack_on: list[int], keep_out=()) -> str:
+    """The open iteration's change alone: the working tree (but `keep_out`) minus HEAD and the patches under it."""
+    return worktree.diff(base_tree(stack_on), worktree.snapshot(keep_out))
 
 
 # --------------------------------------------------------------------------- scoring other trees

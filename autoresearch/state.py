@@ -13,7 +13,9 @@ has no golden file of its own. In order of precedence it is
 4. ``autoresearch/`` of the checkout containing the working directory (a wheel used from
    inside a clone).
 
-When none applies, the commands that need the state stop with one line saying so.
+When none applies, the commands that need the state (gate, propose, admit, park, revert,
+rebaseline, checkpoint, log, repair) stop with one line saying so, before any work; the
+scoring commands (validate, observe, search) need none and log runs that belong to no iteration.
 Configuration that ships with the package (``gate.yaml``, ``search_space.yaml``) is read
 from the state directory when it has its own copy, else from the package.
 """
@@ -47,7 +49,10 @@ def _checkout_state(start: Path) -> Path | None:
 def use(path: str | os.PathLike) -> Path:
     """Make `path` the state directory of this process (and of the workers it starts)."""
     d = Path(path).expanduser().resolve()
-    if d.exists() and not d.is_dir():
+    if not d.exists():  # a mistyped path, not a state to bootstrap: nothing may be written there
+        where = "" if str(path) == str(d) else f" ({d})"
+        raise StateError(f"--state {path}: no such directory{where}; check the path, or create it to start a new state")
+    if not d.is_dir():
         raise StateError(f"--state {path}: not a directory")
     os.environ[ENV] = str(d)
     return d

@@ -29,6 +29,7 @@ import pandas as pd
 
 from hops.errors import HopsError
 from hops.model.hardware import Catalog
+from hops.provenance import model_fingerprint
 from hops.traces import load_trace
 from hops.traces.guard import SplitGuardError, check_split
 from hops.traces.link_bench import bench_files
@@ -123,7 +124,8 @@ class Report:
     split: str
     variants: tuple[str, ...]
     rows: list[dict]
-    fingerprint: str
+    catalog_fingerprint: str  # the catalog values alone (Catalog.fingerprint)
+    model_fingerprint: str  # code + catalog (hops.provenance): the "model" of summary.json, the gate and the ledger
     overrides: Any = None
     elapsed_s: float = 0.0
     extras: dict = field(default_factory=dict)
@@ -183,7 +185,7 @@ class Report:
                                "display.float_format", "{:.2f}".format):
             parts = [
                 f"split {self.split}: {df['id'].nunique()} fixtures x {len(self.variants)} variants, "
-                f"model {self.fingerprint}, {self.elapsed_s:.2f} s",
+                f"model {self.model_fingerprint} (catalog {self.catalog_fingerprint}), {self.elapsed_s:.2f} s",
                 wide.to_string(), "",
                 "aggregates (MAPE %, bubble MAE pp, mean Spearman rho of stage utilization, n)",
                 agg.to_string(), "",
@@ -255,5 +257,6 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
         bar.close()
     rows = [r for i in range(len(fixtures)) for r in results[i]]
     no_bench = [f.id for f in fixtures if not bench_files(f.path, f.token)]
-    return Report(split=split, variants=names, rows=rows, fingerprint=catalog.fingerprint(), overrides=overrides,
+    return Report(split=split, variants=names, rows=rows, catalog_fingerprint=catalog.fingerprint(),
+                  model_fingerprint=model_fingerprint(catalog), overrides=overrides,
                   elapsed_s=time.perf_counter() - t_start, extras={"no_link_bench": no_bench})

@@ -8,6 +8,12 @@ never touched, and the diff between two trees is exactly `git diff` output
 that `git apply` takes back. The calibration state files (golden file,
 iterations.jsonl, LOG.md, checkpoints.json, patches/) are never part of an
 iteration's diff: they change through admit / revert / park, not by hand.
+
+Untracked files that were there before an iteration opened (a user's scheduler
+plug-in, a `--json` report) are the user's, not the change's: `propose` records
+them (`untracked()`), and every snapshot of that iteration keeps them out
+(`keep_out`), so its patch never holds them and restoring the tree never
+deletes them. Files created after `propose` are the change's, as before.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Iterable
 
 from hops.errors import HopsError
 
@@ -72,8 +79,16 @@ def excluded_paths() -> list[str]:
     return sorted(out)
 
 
-def _pathspec() -> list[str]:
-    return ["--", ".", *(f":(exclude){p}" for p in excluded_paths()), ":(exclude,glob)**/.*.tmp-*"]
+def _pathspec(keep_out: Iterable[str] = ()) -> list[str]:
+    return ["--", ".", *(f":(exclude){p}" for p in excluded_paths()), ":(exclude,glob)**/.*.tmp-*",
+            *(f":(exclude,literal){p}" for p in keep_out)]
+
+
+def untracked() -> list[str]:
+    """Untracked, not ignored paths outside the state files; a wholly untracked directory is one entry."""
+    out = _run("ls-files", "--others", "--exclude-standard", "--directory", "--no-empty-directory", "-z",
+               *_pathspec()).decode(errors="surrogateescape")
+    return sorted(p.rstrip("/") for p in out.split("\0") if p)
 
 
 def head() -> str:
@@ -95,9 +110,9 @@ def _with_index(base: str, fn):
         return _run("write-tree", env=env).decode().strip()
 
 
-def snapshot() -> str:
-    """The working tree (tracked + untracked, .gitignore respected, state files as in HEAD) as a tree id."""
-    return _with_index(head_tree(), lambda env: _run("add", "-A", *_pathspec(), env=env))
+def snapshot(keep_out: Iterable[str] = ()) -> str:
+    """The working tree (tracked + untracked, .gitignore respected, state files and `keep_out` as in HEAD)."""
+    return _with_index(head_tree(), lambda env: _run("add", "-A", *_pathspec(keep_out), env=env))
 
 
 def stacked(patches: list[Path], base: str | None = None) -> str:
@@ -124,8 +139,12 @@ def changed(a: str, b: str) -> list[tuple[str, str]]:
 
 
 def apply(patches: list[Path]) -> None:
-    """Apply patches to the working tree, all or nothing (checked on a scratch index first)."""
-    stacked(patches)  # raises on the first patch that does not apply
+    """Apply patches to the working tree, all or nothing (checked on a scratch index and the tree first)."""
+    tree = stacked(patches)  # raises on the first patch that does not apply
+    taken = [p for s, p in changed(head_tree(), tree) if s == "A" and os.path.lexists(repo() / p)]
+    if taken:
+        raise TreeError(f"the patches create {', '.join(taken[:5])}{', ...' if len(taken) > 5 else ''}, which "
+                        f"already exist(s) untracked in the working tree: move them out of the way first")
     for p in patches:
         _run("apply", "--binary", str(p))
 

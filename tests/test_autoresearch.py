@@ -338,6 +338,24 @@ def test_validate_logs_a_run_like_the_other_commands(env, state, capsys):
         {a.path for a in book.client.list_artifacts(new.info.run_id)}
 
 
+def test_validate_needs_no_calibration_state_outside_a_checkout(env, tmp_path, monkeypatch, capsys):
+    """An installed wheel scores fixtures without a golden file: its run belongs to no iteration."""
+    from autoresearch import state as state_mod
+
+    monkeypatch.delenv(state_mod.ENV, raising=False)
+    monkeypatch.setattr(state_mod, "PACKAGE", tmp_path / "site-packages" / "autoresearch")  # not a checkout
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(state_mod.StateError):
+        state_mod.state_dir()
+    book = ledger.Ledger()
+    before = {r.info.run_id for r in book.runs(ledger.CALIBRATION, "tags.run_type = 'validate'")}
+    code, out, err = run(capsys, "validate", "--split", "train", "--fixture", TRAIN[0], "--variant", "spec")
+    assert (code, err) == (0, ""), err
+    assert "aggregates" in out
+    (new,) = [r for r in book.runs(ledger.CALIBRATION, "tags.run_type = 'validate'") if r.info.run_id not in before]
+    assert new.info.status == "FINISHED" and "iteration" not in new.data.tags
+
+
 def test_an_unreachable_tracking_server_is_one_line_within_seconds(env, state, tmp_path):
     """MLflow alone retries a refused connection for about 4 minutes, then shows a traceback."""
     import os
@@ -395,7 +413,13 @@ def test_runs_carry_the_documented_params_metrics_tags_and_artifacts(env, state,
 def test_observe_ranks_contributors_with_numbers_and_logs_a_run(env, state, capsys):
     code, out, _ = run(capsys, "observe", "--top", "3")
     assert code == 0
-    assert re.search(r"(first|middle|last)-stage \w+ [\w -]+ (under|over)-predicted [\d.]+x on \d+ fixtures?", out), out
+    lines = re.findall(r"(?:first|middle|last)-stage \w+ [\w -]+ (under|over)-predicted ([+-][\d.]+)% on \d+ "
+                       r"fixtures? \(measured ([\d.]+) vs predicted ([\d.]+) ms", out)
+    assert lines, out
+    for direction, pct, measured, predicted in lines:  # the relative error, signed as the throughput error is
+        m, p = float(measured), float(predicted)
+        assert (direction == "over") == (float(pct) >= 0)
+        assert float(pct) == pytest.approx(100 * (p - m) / m, abs=0.01 + 10 / m)  # m, p were rounded to 0.1 ms
     assert "groups by contribution" in out and "worst fixtures" in out
     book = ledger.Ledger()
     obs = max(book.runs(ledger.CALIBRATION, "tags.run_type = 'observe'"), key=lambda r: r.info.start_time)

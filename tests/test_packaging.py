@@ -162,3 +162,19 @@ def test_state_flag_is_scoped_to_the_command(tmp_path, monkeypatch):
     (tmp_path / "train" / "cluster_results").mkdir(parents=True)
     assert main(["gate", "--state", str(tmp_path / "s")]) == 2
     assert state.ENV not in os.environ
+
+
+def test_a_state_flag_naming_no_directory_is_a_mistyped_path_not_a_state_to_bootstrap(tmp_path, monkeypatch, capsys):
+    from autoresearch.__main__ import main
+
+    monkeypatch.delenv(state.ENV, raising=False)
+    missing = tmp_path / "stat"
+    assert main(["--state", str(missing), "gate"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--state {missing}: no such directory" in line and "bootstrap" not in line
+    assert not missing.exists()
+    empty = tmp_path / "state"
+    empty.mkdir()
+    assert main(["--state", str(empty), "gate"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"no golden file at {empty / 'golden' / 'train.json'}" in line and "admit --bootstrap" in line

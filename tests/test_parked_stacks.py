@@ -175,7 +175,57 @@ def test_propose_on_needs_parked_iterations_and_a_clean_tree(cli):
     code, _, err = cli("propose", "--hypothesis", "h", "--change-site", MODEL, "--expect", "e", "--on", "x")
     assert code == 2 and "expected iteration numbers" in err
     a = park_a(cli)
-    (cli.repo / "docs" / "scratch.txt").write_text("uncommitted\n")
+    edit(cli.repo, "README.md", "HOPS", "HOPS (edited)")
     code, _, err = cli("propose", "--hypothesis", "h", "--change-site", MODEL, "--expect", "e", "--on", str(a))
     assert code == 2 and "uncommitted changes" in err
     assert cli.ledger().open_iteration() is None
+
+
+# --------------------------------------------------------------------------- the user's untracked files
+def users_files(cli) -> dict:
+    """What a user has lying around untracked when an iteration opens: a plug-in, a report, a scratch directory."""
+    files = {"my_schedulers.py": "class Mine: ...\n", "out.json": "{}\n", "scratch/notes.txt": "mine\n"}
+    for rel, text in files.items():
+        (cli.repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cli.repo / rel).write_text(text)
+    return files
+
+
+def test_files_untracked_before_propose_stay_the_users_revert_keeps_them_and_the_patch_leaves_them_out(cli):
+    files = users_files(cli)
+    n = propose(cli, "tie embeddings")
+    tie(cli.repo)
+    (cli.repo / "docs" / "note-it.md").write_text("a file created after propose belongs to the change\n")
+    files["my_schedulers.py"] = "class Mine: ...  # edited while the iteration was open\n"
+    (cli.repo / "my_schedulers.py").write_text(files["my_schedulers.py"])
+    code, out, err = cli("revert", "--reason", "QA test")
+    assert code == 0, out + err
+    for rel, text in files.items():
+        assert (cli.repo / rel).read_text() == text, f"revert removed or reset the user's {rel}"
+    assert sorted(dirty(cli)) == sorted(files), "the iteration's own change is off the tree, the user's files stay"
+    patch = (cli.repo / "autoresearch" / latest(cli, n)["patch"]).read_text()
+    assert "tied_embeddings: true" in patch and "docs/note-it.md" in patch
+    for rel in files:
+        assert rel not in patch, f"the user's {rel} is in the iteration's patch"
+
+
+def test_park_and_a_stack_carrier_admit_leave_files_untracked_before_propose_alone(cli):
+    files = users_files(cli)
+    a = propose(cli, "tie embeddings")
+    tie(cli.repo)
+    assert cli("gate")[0] == 0
+    (cli.repo / "out.json").write_text('{"rewritten": "after the gate"}\n')  # the user's: not the judged tree
+    files["out.json"] = '{"rewritten": "after the gate"}\n'
+    code, out, err = cli("park")
+    assert code == 0, out + err
+    assert all((cli.repo / rel).read_text() == text for rel, text in files.items())
+    assert not any(rel in (cli.repo / "autoresearch" / latest(cli, a)["patch"]).read_text() for rel in files)
+    arscratch.git(cli.repo, "add", "autoresearch")
+    arscratch.git(cli.repo, "commit", "-q", "-m", f"park it{a}")
+    propose(cli, "carry it", "--on", str(a))  # the user's untracked files are no uncommitted change
+    assert cli("gate")[0] == 0
+    code, out, err = cli("admit")
+    assert code == 0, out + err
+    assert f"admitted iterations {a}:" in out, "the carrier changes nothing of its own: it is no stack member"
+    assert latest(cli, a)["outcome"] == "landed"
+    assert all((cli.repo / rel).read_text() == text for rel, text in files.items())

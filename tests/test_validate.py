@@ -186,10 +186,22 @@ def test_set_changes_predictions_not_measurements(fixtures_root, tmp_path):
                        overrides=["stacks.fixture_megatron.k_floor_ms.a10g=3.0"])
     assert what_if.rows[0]["measured_throughput_per_s"] == base.rows[0]["measured_throughput_per_s"]
     assert what_if.rows[0]["predicted_throughput_per_s"] < base.rows[0]["predicted_throughput_per_s"]
-    assert what_if.fingerprint != base.fingerprint
+    assert what_if.catalog_fingerprint != base.catalog_fingerprint
     faster = validate("train", root=fixtures_root, ids=[SMALL], variants=["spec"], cache_dir=tmp_path / "c",
                       overrides={"stacks.fixture_megatron.launch_overhead_ms.a10g": 0.0})
     assert faster.rows[0]["predicted_throughput_per_s"] > base.rows[0]["predicted_throughput_per_s"]
+
+
+def test_the_report_calls_model_what_summary_json_the_gate_and_the_ledger_call_model(fixtures_root, tmp_path):
+    """"model" is hops.provenance's fingerprint (code + catalog); the catalog's own hash is labelled catalog."""
+    from hops.provenance import model_fingerprint
+
+    what_if = ["stacks.fixture_megatron.k_floor_ms.a10g=3.0"]
+    report = validate("train", root=fixtures_root, ids=[SMALL], variants=["spec"], cache_dir=tmp_path / "c",
+                      overrides=what_if)
+    first = report.text().splitlines()[0]
+    assert f"model {model_fingerprint(what_if)} (catalog {Catalog.load(what_if).fingerprint()})" in first
+    assert model_fingerprint(what_if) != Catalog.load(what_if).fingerprint()
 
 
 def test_bad_override_path_fails_before_work():
@@ -331,6 +343,19 @@ def test_cli_missing_root_is_one_line_exit_2(tmp_path):
     proc = run_cli("validate", "--split", "train", "--fixtures", str(tmp_path / "missing"))
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "is not a directory" in proc.stderr
+
+
+def test_a_fixture_root_without_splits_says_how_to_point_at_the_data(tmp_path):
+    """A fresh clone's ./fixtures holds only its README: the way to the data is HOPS_FIXTURES or --fixtures."""
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "README.md").write_text("fixture data lives outside the repo\n")
+    env = {k: v for k, v in os.environ.items() if k != "HOPS_FIXTURES"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.run([sys.executable, "-m", "autoresearch", "validate", "--split", "train"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "split 'train' not found" in line and "HOPS_FIXTURES" in line and "--fixtures ROOT" in line
 
 
 def test_fixture_root_resolution_order(tmp_path, monkeypatch):
