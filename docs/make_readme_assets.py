@@ -19,7 +19,9 @@ Each generated block in README.md sits between ``<!-- generated: NAME -->`` and
 - ``literature``: the published-vs-predicted table of ``python -m experiments.literature``.
 - ``study``: the scheduling study's targets, runtime and provenance, from the
   experiments/hetero_scheduler/results_full.json that ``python -m experiments.hetero_scheduler``
-  writes (about 20 minutes on 2 cores, so the README quotes its committed output).
+  writes (about 20 minutes on 2 cores, so the README quotes its committed output);
+- ``plan``: what ``hops plan docs/plans/llama2_70b_mixed.yaml`` prints (a few seconds), in
+  README.md and in docs/parallelism.md, the other file with generated blocks.
 
 The timeline image is rendered from the same default run.
 """
@@ -35,6 +37,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+PARALLELISM = REPO / "docs" / "parallelism.md"
+PLAN_REQUEST = "docs/plans/llama2_70b_mixed.yaml"
 IMAGE = REPO / "docs" / "img" / "hetero_pp4_timeline.png"
 GOLDEN = REPO / "autoresearch" / "golden" / "train.json"
 CROSSVAL = REPO / "docs" / "crossval"
@@ -112,6 +116,12 @@ def literature() -> str:
     return proc.stdout
 
 
+def plan() -> str:
+    proc = subprocess.run([sys.executable, "-m", "hops.plan", PLAN_REQUEST], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    return f"```\n$ hops plan {PLAN_REQUEST}\n{proc.stdout}```\n"
+
+
 def study() -> str:
     doc = json.loads(STUDY.read_text())
     rows = ["| configs | split cost | jitter | seeds | hetero_search vs zb_h1 (target ≥ +3 %) | worst vs the best "
@@ -132,16 +142,22 @@ def study() -> str:
             f"{'' if prov['stable'] else ' (hops/ changed during the run)'}.\n\n" + "\n".join(rows) + "\n")
 
 
-def render(tmp: Path) -> tuple[str, bytes]:
-    text = README.read_text()
-    sample, png = sample_run(tmp)
-    blocks = {"sample-run": sample, "calibration": calibration(), "crossval": crossval(), "literature": literature(),
-              "study": study()}
+def fill(path: Path, blocks: dict[str, str]) -> str:
+    """The file's text with each of `blocks` rewritten between its markers; every block must be there."""
+    text = path.read_text()
     missing = set(blocks) - {m.group("name") for m in BLOCK.finditer(text)}
     if missing:
-        raise SystemExit(f"README.md: no generated block named {', '.join(sorted(missing))}")
-    out = BLOCK.sub(lambda m: m.group(1) + blocks.get(m.group("name"), m.group("body")) + m.group(4), text)
-    return out, png.read_bytes()
+        raise SystemExit(f"{path.relative_to(REPO)}: no generated block named {', '.join(sorted(missing))}")
+    return BLOCK.sub(lambda m: m.group(1) + blocks.get(m.group("name"), m.group("body")) + m.group(4), text)
+
+
+def render(tmp: Path) -> tuple[dict[Path, str], bytes]:
+    sample, png = sample_run(tmp)
+    planned = plan()
+    texts = {README: fill(README, {"sample-run": sample, "calibration": calibration(), "crossval": crossval(),
+                                   "literature": literature(), "study": study(), "plan": planned}),
+             PARALLELISM: fill(PARALLELISM, {"plan": planned})}
+    return texts, png.read_bytes()
 
 
 def main(argv=None) -> int:
@@ -149,16 +165,16 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="only report whether README.md is up to date")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        text, image = render(Path(tmp))
+        texts, image = render(Path(tmp))
+    wanted = {**{p: t.encode() for p, t in texts.items()}, IMAGE: image}
     if args.check:
-        stale = [p.name for p, new in ((README, text.encode()), (IMAGE, image))
-                 if not p.exists() or p.read_bytes() != new]
+        stale = [str(p.relative_to(REPO)) for p, new in wanted.items() if not p.exists() or p.read_bytes() != new]
         print("up to date" if not stale else "stale: " + ", ".join(stale))
         return 1 if stale else 0
-    README.write_text(text)
     IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    IMAGE.write_bytes(image)
-    print(f"wrote {README.relative_to(REPO)} and {IMAGE.relative_to(REPO)}")
+    for p, new in wanted.items():
+        p.write_bytes(new)
+    print("wrote " + ", ".join(str(p.relative_to(REPO)) for p in wanted))
     return 0
 
 
