@@ -112,6 +112,14 @@ class _Tables:
             self.capacity[d.kind] = float(gb) * 1000.0
         self._times: dict[tuple, tuple[float, float]] = {}
         self._filled: set = set()
+        self.in_flight: list[float] | None = None  # microbatches each stage holds (Planner.plan sets it)
+
+    def held(self, stage: int, p: int) -> float:
+        """Microbatches of activations stage `stage` of p holds at its peak: the planned schedule's
+        own level once Planner.plan has read it, 1F1B's min(p - stage, m) before."""
+        if self.in_flight is not None and len(self.in_flight) == p:
+            return self.in_flight[stage]
+        return min(p - stage, self.model.microbatches)
 
     def stage_dict(self, device: str, layers: int, first: bool, last: bool) -> dict:
         weights = layers * self.layer_weight_mb + (self.embed_mb if first else 0.0) + (self.embed_mb if last else 0.0)
@@ -170,14 +178,13 @@ class _Tables:
     def memory(self, dev: Device, n: int, stage: int, p: int) -> float:
         first, last = stage == 0, stage == p - 1
         weights = n * self.layer_weight_mb + (self.embed_mb if first else 0.0) + (self.embed_mb if last else 0.0)
-        in_flight = min(p - stage, self.model.microbatches)
-        return weights * self.opt_factor + in_flight * n * self.act_layer_mb
+        return weights * self.opt_factor + self.held(stage, p) * n * self.act_layer_mb
 
     def max_layers_by_memory(self, dev: Device, stage: int, p: int, reserve_mb: float) -> int:
         cap = self.capacity[dev.kind] - reserve_mb
         first, last = stage == 0, stage == p - 1
         fixed = ((self.embed_mb if first else 0.0) + (self.embed_mb if last else 0.0)) * self.opt_factor
-        per = self.layer_weight_mb * self.opt_factor + min(p - stage, self.model.microbatches) * self.act_layer_mb
+        per = self.layer_weight_mb * self.opt_factor + self.held(stage, p) * self.act_layer_mb
         return max(0, int(math.floor((cap - fixed) / per + 1e-9)))
 
     def transfer(self, a: Device, b: Device) -> float:
@@ -457,8 +464,36 @@ class Planner:
         by_id = {d.id: d for d in self.devices}
         return self.t.scenario([by_id[i] for i in placement.order], placement.layers, schedule, batches)
 
+    def in_flight_levels(self, schedule: str) -> list[float]:
+        """Microbatches of activations each stage holds at its peak under `schedule`, read from a
+        run of it at unit times (F = B = W = 1 ms, free links, 1 MB per microbatch, no weights):
+        1F1B's p - k on stage k, ZB-H1's p on every stage, GPipe's m, or whatever the schedule's
+        order holds. A split sized at 1F1B's level overruns the later stages of a schedule that
+        holds more there."""
+        from hops.api import simulate
+
+        p = len(self.devices)
+        unit = {"kind": "constant", "ms": 1.0}
+        ids = [f"u{k}" for k in range(p)]
+        doc = {"simulation": {"batches": 1, "microbatches": self.model.microbatches, "seed": 0},
+               "pipeline": {"schedule": schedule, "activation_mb": 1.0,
+                            "stages": [{"device": i, "weights_mb": 0.0, "compute": {
+                                "mode": "distribution", "forward": unit, "backward_b": unit, "backward_w": unit}}
+                                for i in ids]},
+               "hardware": {"devices": [{"id": i, "gpu": self.devices[0].gpu, "node": "n"} for i in ids]},
+               "overrides": {"links": [{"src": a, "dst": b, "latency_ms": 0.0, "bandwidth_gbps": 1e12}
+                                       for a in ids for b in ids if a != b]},
+               "optimizer": {"enabled": False}, "failure": {"enabled": False}}
+        peak = simulate(doc, catalog=self.catalog).summary["peak_memory_mb"]
+        return [float(peak[i]) for i in ids]
+
     def plan(self, *, schedule: str = "1f1b", top_orders: int = 6, verify_top: int = 3, max_orders: int = 720,
-             verify: bool = True) -> PlanResult:
+             verify: bool = True, memory_level: str = "schedule") -> PlanResult:
+        """The best placement for `schedule`. Splits are sized within each GPU's memory at the
+        schedule's own activation level (`memory_level="schedule"`), or at 1F1B's ("1f1b")."""
+        if memory_level not in ("schedule", "1f1b"):
+            raise ValueError(f"memory_level: expected schedule or 1f1b, got {memory_level!r}")
+        self.t.in_flight = self.in_flight_levels(schedule) if memory_level == "schedule" else None
         orders, n_seen = self.orders(max_orders)
         scored = []
         for order in orders:

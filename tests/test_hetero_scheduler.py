@@ -251,6 +251,30 @@ def test_planner_is_never_slower_than_a_uniform_split_that_fits():
     assert res.best.samples_per_s >= res.uniform.samples_per_s * (1 - 1e-9)
 
 
+def test_planner_reads_each_stages_activation_level_from_the_schedule_itself():
+    """Microbatches held at the peak, from a unit-time run: 1F1B's p - k, ZB-H1's p on every
+    stage (its later stages hold W's activations longer), GPipe's m."""
+    devices = [Device(f"a100_{i}", "a100", "n0") for i in range(4)]
+    planner = Planner(devices, ModelSpec(layers=8, hidden=1024, seq=1024, microbatches=6))
+    assert planner.in_flight_levels("1f1b") == [4, 3, 2, 1]
+    assert planner.in_flight_levels("zb_h1") == [4, 4, 4, 4]
+    assert planner.in_flight_levels("gpipe") == [6, 6, 6, 6]
+
+
+def test_a_split_planned_for_zb_h1_fits_when_zb_h1_runs_it():
+    """Sized at 1F1B's level, the later stages of this 13B-class model on 4 A100 + 4 L4 overrun
+    an L4 once ZB-H1 holds p microbatches there; sized at ZB-H1's own level the plan fits."""
+    gpus = ["a100"] * 4 + ["l4"] * 4
+    devices = [Device(f"{g}_{i}", g, f"n{i // 4}") for i, g in enumerate(gpus)]
+    model = ModelSpec(layers=40, hidden=5120, seq=2048, microbatches=32)
+    sized_for_1f1b = Planner(devices, model).plan(schedule="zb_h1", memory_level="1f1b").best
+    assert sized_for_1f1b.over_capacity
+    best = Planner(devices, model).plan(schedule="zb_h1").best
+    assert not best.over_capacity
+    r = hops.simulate(Planner(devices, model).scenario(best, "zb_h1"))
+    assert all(used <= r.summary["memory_capacity_mb"][d] for d, used in r.summary["peak_memory_mb"].items())
+
+
 # --------------------------------------------------------------------------- the V placement
 def _study_catalog(factor=1.0, doc=None):
     from experiments.hetero_scheduler.study import study_catalog
