@@ -351,7 +351,7 @@ def weights_only(schedule, *, tied=None, p=3, hidden_dim=2048):
     return hops.simulate(doc).summary["peak_memory_mb"]
 
 
-ADAM = 1 + 6.0  # weights plus optimizer state (model preset: 6 bytes of state per weight byte)
+ADAM = 1 + 2 + 6.0  # per bf16 weight byte: the weight, its fp32 main grad (4 B per 2) and Adam's fp32 master, m and v (12 B per 2)
 HEAD_MB = 2048 * 50304 * 2 / 1e6  # the h x V matrix in bf16
 
 
