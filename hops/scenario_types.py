@@ -120,6 +120,11 @@ class Scenario:
     def n_stages(self) -> int:
         return len(self.stages)
 
+    def embeddings_tied(self, model_constants: Mapping[str, Any]) -> bool:
+        """Whether the input and output embeddings share one matrix: the scenario's
+        `pipeline.model.tied_embeddings`, else the model constant `tied_embeddings`."""
+        return bool(self.tied_embeddings if self.tied_embeddings is not None else model_constants["tied_embeddings"])
+
     @property
     def expert_parallel(self) -> int:
         """Ranks a mixture of experts' routed experts are spread over (1: a dense model)."""

@@ -371,8 +371,7 @@ def _optimizer_ms(scenario, compute: ComputeModel, catalog, ends=None) -> list[f
         return list(scenario.optimizer_step_ms)
     m = catalog.scenario_constants(scenario)
     arch = scenario.architecture
-    tied = scenario.tied_embeddings if scenario.tied_embeddings is not None else m["tied_embeddings"]
-    matrices = vocab_matrices(scenario.n_stages, ends, arch.tied if arch is not None else tied)
+    matrices = vocab_matrices(scenario.n_stages, ends, scenario.embeddings_tied(m))
     pre, rest = [], []
     for i, (st, dev, e) in enumerate(zip(scenario.stages, compute.devices, compute.expected)):
         # each GPU of a tensor-parallel group steps its 1/t; a sharded optimizer (zero1, fsdp) its 1/d of that

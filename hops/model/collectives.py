@@ -149,7 +149,7 @@ def tied_embedding_sync_ms(scenario, catalog, topology, first: str | None = None
     first stage's device, so the tied weights need no all-reduce); default the first and last
     stage's devices.
     """
-    tied = scenario.tied_embeddings if scenario.tied_embeddings is not None else catalog.model["tied_embeddings"]
+    tied = scenario.embeddings_tied(catalog.model)
     first = scenario.stages[0].device if first is None else first
     last = scenario.stages[-1].device if last is None else last
     if not tied or scenario.n_stages < 2 or first == last or not scenario.hidden_dim:
@@ -187,7 +187,7 @@ def iteration_end_stall_ms(scenario, catalog, topology) -> float:
         return 0.0
     dev = [st.device for st in scenario.stages]
     partners = [dev[1]]
-    tied = scenario.tied_embeddings if scenario.tied_embeddings is not None else catalog.model["tied_embeddings"]
+    tied = scenario.embeddings_tied(catalog.model)
     if tied and scenario.hidden_dim:
         partners.append(dev[-1])
     a = topology.devices[dev[0]]

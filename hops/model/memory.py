@@ -131,7 +131,7 @@ def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | No
     if ends == (0, n - 1) or not sc.hidden_dim:
         return weights
     m = catalog.model
-    tied = sc.tied_embeddings if sc.tied_embeddings is not None else m["tied_embeddings"]
+    tied = sc.embeddings_tied(m)
     matrix_mb = sc.hidden_dim * (sc.vocab_size or m["vocab_size"]) * m["bytes_per_element"][sc.precision] / 1e6
     gained = [max(a - b, 0) for a, b in zip(vocab_matrices(n, ends, tied), vocab_matrices(n, (0, n - 1), tied))]
     return [w + k * matrix_mb for w, k in zip(weights, gained)]
