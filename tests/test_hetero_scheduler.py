@@ -417,11 +417,11 @@ def test_the_search_draws_come_from_their_own_stream_of_the_given_seed():
 
 def test_under_jitter_another_v_order_must_beat_zb_vs_own_on_the_search_draws():
     """On the study's own d16_a10g_l4_floor (split cost 2x, the V held) a V order with some
-    backwards fused predicts 0.15 % shorter than zb_v's own at the expected times, and
-    hetero_search runs it. Under 10 % compute jitter its mean over the search's draws is not
+    backwards fused predicts 0.4 % shorter than zb_v's own at the expected times, and
+    hetero_search runs it. Under 20 % compute jitter its mean over the search's draws is not
     MIN_GAIN shorter, so hetero_search runs zb_v's order: at every evaluation seed the run is
-    zb_v's, to the bit (the search drew nothing from the run's streams). Whether the V runs at
-    all is the placement rule's call
+    zb_v's, to the bit (the search drew nothing from the run's streams). (At the study's 10 %
+    its lead holds, and it runs there.) Whether the V runs at all is the placement rule's call
     (test_under_jitter_hetero_search_never_runs_the_placement_the_draws_resolve_as_slower)."""
     doc, _ = load_document(Path(__file__).resolve().parents[1] / "experiments" / "hetero_scheduler" / "configs"
                            / "d16_a10g_l4_floor.yaml")
@@ -429,9 +429,9 @@ def test_under_jitter_another_v_order_must_beat_zb_vs_own_on_the_search_draws():
     assert (_run(doc, "hetero_search", cat, placement="v").summary["makespan_ms"]
             < _run(doc, "zb_v", cat, virtual=2).summary["makespan_ms"])
     for seed in (101, 102, 103):
-        ours = _run(doc, "hetero_search", cat, seed=seed, jitter=0.1, search_seed=42, placement="v")
+        ours = _run(doc, "hetero_search", cat, seed=seed, jitter=0.2, search_seed=42, placement="v")
         assert ours.extras["virtual_stages"] == 2
-        assert ours.summary["makespan_ms"] == _run(doc, "zb_v", cat, seed=seed, jitter=0.1,
+        assert ours.summary["makespan_ms"] == _run(doc, "zb_v", cat, seed=seed, jitter=0.2,
                                                    virtual=2).summary["makespan_ms"]
 
 

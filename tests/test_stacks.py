@@ -156,9 +156,10 @@ def test_selective_recomputation_reruns_the_attention_core_its_gemms_and_its_sco
 def test_under_flash_attention_the_weight_gemms_split_evenly_and_the_kernels_backward_is_b():
     """A weight GEMM's backward is its input gradient (B) and its weight gradient (W), each the
     forward's FLOPs again; the attention core has no weights, so its whole backward is B
-    (hops/model/backward_split.py). A flash kernel runs the core apart from the GEMMs, so B - W is
-    exactly the kernel's backward (2.5 x its causal forward FLOPs at its backward efficiency) and W
-    is the GEMMs' forward time plus half the element-wise traffic's backward (2 x 34 s h bytes per
+    (hops/model/backward_split.py). The element-wise backward (norms, activation, dropout) forms
+    activation gradients: B's too. A flash kernel runs the core apart from the GEMMs, so W is
+    exactly the GEMMs' forward time, and B - W is the kernel's backward (2.5 x its causal forward
+    FLOPs at its backward efficiency) plus the element-wise backward (2 x 2 x 34 s h bytes per
     layer over HBM, read whatever L2 holds)."""
     cat = Catalog.load()
     m, dev = cat.constants("megatron_core"), cat.devices["h100_sxm"]
@@ -168,9 +169,27 @@ def test_under_flash_attention_the_weight_gemms_split_evenly_and_the_kernels_bac
     elementwise = L * 2 * 34 * s * h / 1e6 / dev["memory_bandwidth_gbps"]
     kernel_b = (L * 4 * s * s * h * m["flash_causal_flop_share"] * m["flash_backward_flop_factor"] / peak * 1000
                 / m["flash_efficiency_backward"])
-    assert t["W"] == pytest.approx(gemm + elementwise, rel=1e-9)
-    assert t["B"] - t["W"] == pytest.approx(kernel_b, rel=1e-9)
+    assert t["W"] == pytest.approx(gemm, rel=1e-9)
+    assert t["B"] - t["W"] == pytest.approx(kernel_b + 2 * elementwise, rel=1e-9)
     assert t["B"] + t["W"] == pytest.approx(t["BW"], rel=1e-9)
+
+
+@pytest.mark.parametrize("stack", ["megatron_core", "fixture_megatron"])
+def test_the_lm_heads_backward_splits_in_halves_whatever_the_layers_share(stack):
+    """The LM head is one GEMM with weights: its input gradient (B) and its weight gradient (W) each
+    cost its forward again. So the last stage's W exceeds a middle stage's by exactly half the
+    head's fused backward, also under unfused attention at s 4096, where the layers' own share
+    (3h + s)/(6h + s) = 0.54 would hand B more. The loss's logits passes are B's alone."""
+    cat = Catalog.load()
+    m, dev = cat.constants(stack), cat.devices["h100_sxm"]
+    s, h, V = 4096, 4096, m["vocab_size"]
+    head = 2 * s * h * V / (dev["peak_tflops"] * 1e12) * 1000 * m["compute_time_coefficient"] \
+        + h * V * 2 / 1e6 / dev["memory_bandwidth_gbps"]
+    d = arch_doc(stack, seq=s, hidden=h, heads=32)
+    d["pipeline"]["model"]["vocab_size"] = V
+    stages = hops.simulate(d).summary["stages"]
+    middle, last = stages[1]["expected_ms"], stages[2]["expected_ms"]
+    assert last["W"] - middle["W"] == pytest.approx(head, rel=1e-9)  # half of the backward's 2 x head
 
 
 def test_async_dispatch_hides_the_host_behind_longer_gpu_work_and_shows_when_it_is_shorter():

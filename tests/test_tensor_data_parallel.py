@@ -121,6 +121,22 @@ def test_full_recomputation_reruns_the_layers_reductions_not_the_embeddings():
     assert full["BW"] == pytest.approx(2 * 2 * layers * one)
 
 
+@pytest.mark.parametrize("t", [1, 4])
+def test_tied_embeddings_are_all_reduced_per_rank_on_a_tth_of_the_vocabulary(t):
+    """The vocabulary-parallel embedding gives each rank V / t rows; rank k of the first stage
+    all-reduces its rows' gradients with rank k of the last, the t pairs at once over their own
+    cross-node links: a two-rank ring of V h / t fp32 gradients."""
+    doc = groups_doc(t)
+    doc["pipeline"]["model"]["tied_embeddings"] = True
+    tl = hops.simulate(doc).timeline
+    sync = tl.select(tl.kind == "allreduce")
+    ic = Catalog.load().interconnects["infiniband"]
+    grad_mb = 32000 * 4096 * Catalog.load().model["embedding_grad_bytes_per_element"] / 1e6
+    assert len(sync) > 0
+    assert (sync.end_ms - sync.start_ms) == pytest.approx(
+        [ring_allreduce_ms(grad_mb / t, 2, ic["bandwidth_gbps"], ic["latency_ms"])] * len(sync), rel=1e-9)
+
+
 def test_the_timeline_and_the_trace_show_the_collectives_inside_their_pass(tmp_path):
     r = hops.simulate(groups_doc(4))
     tl = r.timeline

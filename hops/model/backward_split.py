@@ -19,6 +19,10 @@ FFN, experts) has its own GEMM FLOPs D and core FLOPs A per token: B / (B + W) =
 (2D + 2A), the same count. A scenario's ``pipeline.backward_split.activation_grad_fraction``
 overrides it.
 
+The share covers FLOPs. The element-wise backward (norms, activation function, dropout) forms
+activation gradients and stays in B whole, and the LM head, one GEMM with weights, splits in
+halves (hops.model.compute): zero-bubble implementations defer only the weight-gradient GEMMs.
+
 A flash kernel runs the attention core apart from the GEMMs (hops.model.compute charges its
 whole backward to B), so the share that applies to the GEMMs alone is what is left of B once
 the core's 2A is taken out: (a (D + A) - A) / D, which is 1/2 at the default share.

@@ -147,7 +147,9 @@ def tied_embedding_sync_ms(scenario, catalog, topology, first: str | None = None
     else the model constant `tied_embeddings`). ``first`` / ``last``: the devices that run the
     first and the last model chunk when the schedule places them (ZB-V puts both on the
     first stage's device, so the tied weights need no all-reduce); default the first and last
-    stage's devices.
+    stage's devices. Under tensor parallelism each rank holds V / t rows of the vocabulary-parallel
+    embedding and all-reduces them with its counterpart on the other end, the t pairs at once
+    over their own links: each moves V h / t.
     """
     tied = scenario.embeddings_tied(catalog.model)
     first = scenario.stages[0].device if first is None else first
@@ -155,7 +157,8 @@ def tied_embedding_sync_ms(scenario, catalog, topology, first: str | None = None
     if not tied or scenario.n_stages < 2 or first == last or not scenario.hidden_dim:
         return 0.0
     vocab = scenario.vocab_size or catalog.model["vocab_size"]
-    size_mb = vocab * scenario.hidden_dim * catalog.model["embedding_grad_bytes_per_element"] / 1e6
+    tp = max(scenario.stages[0].tp, scenario.stages[-1].tp)  # Megatron runs one t on every stage
+    size_mb = vocab * scenario.hidden_dim * catalog.model["embedding_grad_bytes_per_element"] / 1e6 / tp
     link = topology.link(first, last)
     if link is None:
         return 0.0

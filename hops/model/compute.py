@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hops.model.backward_split import gemm_activation_grad_fraction
+from hops.model.backward_split import GEMM_ONLY_FRACTION, gemm_activation_grad_fraction
 from hops.model.collectives import expert_parallel_ms
 from hops.scenario_types import Distribution, Scenario
 
@@ -175,8 +175,8 @@ class ComputeModel:
             attn *= m["flash_causal_flop_share"]
             t_fa_f = attn / peak_other * 1000.0 / m["flash_efficiency_forward"]
             t_fa_b = attn * m["flash_backward_flop_factor"] / peak_other * 1000.0 / m["flash_efficiency_backward"]
-            if attn > 0:  # t_c holds the weight GEMMs alone (the head's too, and the element-wise
-                # passes share their split): B's share of them without the core's backward, 1/2 at the default
+            if attn > 0:  # t_c holds the weight GEMMs alone: B's share of them without the
+                # core's backward, 1/2 at the default
                 a = gemm_activation_grad_fraction(a, s.architecture.dense_flops(), s.architecture.attention_flops())
         else:
             t_core = attn / peak_other * 1000.0 * m["compute_time_coefficient"]
@@ -242,20 +242,25 @@ class ComputeModel:
         a2a = expert_parallel_ms(s, self.catalog, dev, layers, tp)
         a2a_b = a2a * (2 if m["recompute"] == "full" else 1)  # full recomputation reruns the forward's
         comm_f, comm_b, comm_bw = tp_f + a2a, tp_b + a2a_b, tp_bw + a2a_b
-        # (GPU work, host cost outside the floor) of each pass; the score gradients are part of
-        # the input gradient (B), W only forms weight gradients
+        # (GPU work, host cost outside the floor) of each pass. W forms weight gradients only, the
+        # weight GEMMs' share (1 - a) and the embedding's; B keeps the score gradients and every
+        # element-wise backward (norms, activation function, dropout, residual: their few weight
+        # gradients are reduced inside the same kernels), as zero-bubble implementations defer
+        # only the weight-gradient GEMMs. The LM head is one GEMM with weights: its backward
+        # splits in halves whatever the layers' share.
+        head_b = GEMM_ONLY_FRACTION
         gpu_f, host_f = t_c + t_m_f + t_attn_f + lm + lm_logits_f + comm_f, embed + loss_fixed
         gpu_bw = k * t_c + k * t_m + t_attn_b + k * lm + lm_logits_b + embed_b + comm_bw
-        gpu_b = a * k * t_c + a * k * t_m + t_attn_b + a * k * lm + lm_logits_b + comm_b
-        gpu_w = (1 - a) * k * t_c + (1 - a) * k * t_m + (1 - a) * k * lm + embed_b
+        gpu_b = a * k * t_c + k * t_m + t_attn_b + head_b * k * lm + lm_logits_b + comm_b
+        gpu_w = (1 - a) * k * t_c + (1 - head_b) * k * lm + embed_b
         if m["dispatch"] == "async":  # the host runs ahead: its dispatch hides behind longer GPU work
             f = max(gpu_f, floor + launch + host_f)
             bw, b, w = (max(g, fl + launch) for g, fl in ((gpu_bw, floor_bw), (gpu_b, floor_b), (gpu_w, floor_w)))
         else:  # sync_launch, the fixture fit: the floor overlaps the kernels, the launch and host costs add
             f = max(t_c + t_m_f + t_attn_f + comm_f, floor) + launch + embed + lm + lm_logits_f + loss_fixed
             bw = max(k * t_c + k * t_m + t_attn_b + comm_bw, floor_bw) + launch + k * lm + lm_logits_b + embed_b
-            b = max(a * k * t_c + a * k * t_m + t_attn_b + comm_b, floor_b) + launch + a * k * lm + lm_logits_b
-            w = max((1 - a) * k * t_c + (1 - a) * k * t_m, floor_w) + launch + (1 - a) * k * lm + embed_b
+            b = max(a * k * t_c + k * t_m + t_attn_b + comm_b, floor_b) + launch + head_b * k * lm + lm_logits_b
+            w = max((1 - a) * k * t_c, floor_w) + launch + (1 - head_b) * k * lm + embed_b
         sd = dev.slowdown
         if tp > 1:
             return StageTimes(f * sd, b * sd, w * sd, bw * sd, layers, tp_f * sd, tp_b * sd, tp_bw * sd)
