@@ -261,6 +261,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                         else pipe.virtual_stages),
         stack=stack, stack_options=stack_options, architecture=arch,
     )
+    _check_whole_chunks(pipe, scenario, auto, src)
     if auto:
         from hops.model.layer_split import split_layers
 
@@ -365,6 +366,25 @@ def _check_layers(pipe, arch, src) -> bool:
         _fail("pipeline.stages", f"layers add up to {sum(given):g}; expected pipeline.model.layers = "
                                  f"{pipe.model.layers}", src)
     return False
+
+
+def _check_whole_chunks(pipe, scenario: Scenario, auto: bool, src) -> None:
+    """A model chunk holds whole layers: with v chunks per stage, a stage derived from the
+    architecture holds a multiple of v layers (Megatron-LM refuses a layer count that its virtual
+    pipeline size does not divide), and `layers: auto` needs pipeline.model.layers to split into
+    whole chunks. A stage given by its `compute` has no layer count to check."""
+    v = scenario.virtual_stages
+    if v <= 1:
+        return
+    why = f"{v} model chunks per stage (pipeline.virtual_stages, {scenario.schedule}) each hold whole layers"
+    if auto:
+        if pipe.model.layers % v or pipe.model.layers // v < len(pipe.stages):
+            _fail("pipeline.model.layers", f"got {pipe.model.layers}; {why}, so layers: auto needs a multiple of "
+                                           f"{v} with at least {v} per stage", src)
+        return
+    for i, st in enumerate(pipe.stages):
+        if st.compute is None and st.layers is not None and float(st.layers) % v:
+            _fail(f"pipeline.stages[{i}].layers", f"got {st.layers:g}; {why}: expected a multiple of {v}", src)
 
 
 def _dist(d) -> Distribution | None:

@@ -152,6 +152,27 @@ def test_auto_needs_the_models_layer_count():
         load_scenario(d)
 
 
+@pytest.mark.parametrize("schedule,v", [("interleaved_1f1b", 2), ("interleaved_1f1b", 4), ("zb_v", 2)])
+def test_a_model_chunk_holds_whole_layers(schedule, v):
+    """With v chunks per stage, a stage derived from the architecture holds a multiple of v
+    layers, as Megatron-LM requires of its virtual pipeline size: 5 layers in 4 chunks is refused
+    on one line naming the stage; `layers: auto` plans in whole chunks."""
+    stages = [{"device": "g0", "layers": 2 * v + 1}, {"device": "g1", "layers": 2 * v - 1}]
+    d = doc(stages, schedule=schedule, microbatches=4, model={"layers": 4 * v, "hidden_dim": 1024, "heads": 16,
+                                                              "seq_len": 2048})
+    d["pipeline"]["virtual_stages"] = v
+    with pytest.raises(HopsError) as exc:
+        load_scenario(d)
+    assert str(exc.value).startswith(f"pipeline.stages[0].layers: got {2 * v + 1}; {v} model chunks per stage")
+    assert "\n" not in str(exc.value) and f"expected a multiple of {v}" in str(exc.value)
+    d["pipeline"]["stages"] = [{"device": f"g{i}", "layers": "auto"} for i in range(2)]
+    split = [int(st.layers) for st in load_scenario(d).stages]
+    assert sum(split) == 4 * v and all(n % v == 0 and n >= v for n in split)
+    d["pipeline"]["model"]["layers"] = 4 * v + 1
+    with pytest.raises(HopsError, match=rf"pipeline.model.layers: got {4 * v + 1}; .* a multiple of {v}"):
+        load_scenario(d)
+
+
 def test_the_per_stage_compute_form_still_loads_and_ignores_the_architecture_for_its_flops():
     d = doc([{"device": "g0", "layers": 4, "compute": {"tflop": 1.0, "memory_mb": 10.0}},
              {"device": "g1", "layers": 4}])

@@ -18,7 +18,9 @@ from hops.schedulers import resolve_scheduler
 def split_layers(scenario, catalog: Catalog) -> list[int]:
     """`layers: auto`: the contiguous split of the architecture's layers over the stages, in the
     scenario's device order, that minimises the slowest stage's forward + backward per
-    microbatch (the pace of 1F1B's steady state), with at least one layer per stage.
+    microbatch (the pace of 1F1B's steady state), with at least one layer per stage; with v
+    chunks per stage, in whole chunks: a multiple of v layers per stage (hops.scenario checks
+    that pipeline.model.layers allows it).
 
     Stage times come from hops.model.compute for the scenario's own stack and devices, so the
     embedding and the LM head count where the schedule places the first and the last model
@@ -27,15 +29,16 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
     keeps the stages' order and does not weigh memory (the run's memory summary reports it).
     """
     arch, p, v = scenario.architecture, scenario.n_stages, scenario.virtual_stages
-    total = int(arch.layers)
     topo = Topology(scenario, catalog)
     try:
         placement = resolve_scheduler(scenario.schedule).placement(p, v)
     except ValueError:  # the engine names the field when it runs; plan as one chunk per stage meanwhile
         placement, v = [(i, 0) for i in range(p)], 1
+    total = int(arch.layers) // v  # in units of v layers: one layer per chunk of the stage
     chunks = [[k for k, (stage, _) in enumerate(placement) if stage == i] for i in range(p)]
 
-    def pace(i: int, n: int) -> float:
+    def pace(i: int, units: int) -> float:
+        n = units * v
         st = dataclasses.replace(scenario.stages[i], layers=float(n),
                                  compute=derived_compute(arch, n, scenario.micro_batch_size))
         model = ComputeModel(dataclasses.replace(scenario, stages=(st,)), topo, catalog)
@@ -61,4 +64,4 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
     for i in range(p, 0, -1):
         split.append(choice[i][used])
         used -= choice[i][used]
-    return split[::-1]
+    return [units * v for units in split[::-1]]
