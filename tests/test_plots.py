@@ -375,6 +375,72 @@ def test_memory_bars_show_the_capacity_line(monkeypatch, tmp_path):
     assert ax.get_xlim()[1] > 30.0, "the over-capacity bar is not clipped"
 
 
+def row_names(ax) -> list[str]:
+    """The row labels of a bar-per-row panel: its right-aligned texts left of the axes."""
+    return [t.get_text() for t in ax.texts if t.get_horizontalalignment() == "right"]
+
+
+def panel(fig, title):
+    (ax,) = [a for a in fig.axes if a.get_title(loc="left") == title]
+    return ax
+
+
+@pytest.mark.parametrize("stages", [4, 64])
+def test_row_labels_name_every_row_of_a_short_panel_and_every_kth_of_a_tall_one(monkeypatch, tmp_path, stages):
+    from hops.outputs.plots.timeline_plot import MAX_ROW_LABELS
+
+    tl = gpipe_timeline(stages, 12)
+    fig = drawn_figure(monkeypatch, full_summary(tl), tl, tmp_path)
+    devices = row_names(panel(fig, "Utilization per device"))
+    links = row_names(panel(fig, "Utilization per link"))
+    if stages == 4:
+        assert devices == ["gpu0", "gpu1", "gpu2", "gpu3"]
+        assert len(links) == 6  # 3 links each way
+    else:
+        assert devices == [f"gpu{i}" for i in range(0, 64, 2)]  # 32 of 64
+        assert 0 < len(links) <= MAX_ROW_LABELS and all(name.count("→") == 1 for name in links)
+        down = [tuple(int(d) for d in name.replace("gpu", "").split("→")) for name in links]
+        assert all(b == a + 1 for a, b in down), "every named link row is a downstream one"
+
+
+@pytest.mark.parametrize("stages, named", [(4, ["S0", "S1", "S2", "S3"]), (64, [f"S{i}" for i in range(0, 64, 2)]),
+                                           (100, [f"S{i}" for i in range(0, 100, 4)])])
+def test_the_timeline_names_every_stage_row_up_to_32_and_every_kth_above(monkeypatch, tmp_path, stages, named):
+    tl = gpipe_timeline(stages, 4, iterations=1, failure=False)
+    ax = drawn_timeline(monkeypatch, tl, tmp_path).axes[0]
+    assert [name.split()[0] for name in row_names(ax)] == named
+
+
+def test_label_stride_is_the_smallest_power_of_two_that_keeps_a_panel_to_32_names():
+    from hops.outputs.plots.timeline_plot import label_stride
+
+    assert [label_stride(n) for n in (0, 1, 32, 33, 64, 65, 126, 128, 129, 1000)] == [1, 1, 1, 2, 2, 4, 4, 4, 8, 32]
+
+
+def test_panel_titles_clear_the_value_axis_repeated_on_top_of_a_tall_panel(monkeypatch, tmp_path):
+    tl = gpipe_timeline(64, 12)
+    fig = drawn_figure(monkeypatch, full_summary(tl), tl, tmp_path)
+    renderer = fig.canvas.get_renderer()
+    for title in ("Utilization per device", "Peak memory vs capacity", "Utilization per link",
+                  "Contended transfers", "Wait for link (total)"):
+        ax = panel(fig, title)
+        top_labels = [t.label2.get_window_extent(renderer) for t in ax.xaxis.get_major_ticks()
+                      if t.label2.get_visible() and t.label2.get_text()]
+        assert top_labels, title
+        assert ax.title.get_window_extent(renderer).y0 > max(b.y1 for b in top_labels), title
+
+
+def test_the_latency_histogram_counts_every_microbatch_once(monkeypatch, tmp_path):
+    from matplotlib.collections import PolyCollection
+
+    tl = gpipe_timeline(4, 24)
+    fig = drawn_figure(monkeypatch, full_summary(tl), tl, tmp_path)
+    hist = panel(fig, "Latency distribution (48 microbatches)")
+    (bars,) = [c for c in hist.collections if isinstance(c, PolyCollection)]
+    heights = [float(p.vertices[:, 1].max()) for p in bars.get_paths()]
+    assert sum(heights) == 48 and hist.get_ylim()[0] == 0 and hist.get_ylim()[1] >= max(heights)
+
+
 
 # ---------------------------------------------------------------- chunks (virtual stages)
 def with_chunks(tl: Timeline) -> Timeline:

@@ -2,7 +2,8 @@
 
 Design choices, and why:
 - One row per stage (not per device) because schedules are defined per stage; the
-  device is printed next to the stage index so heterogeneity stays visible.
+  device is printed next to the stage index so heterogeneity stays visible. Above 32
+  stages every 2nd, 4th, ... row is named (label_stride), as in the dashboard's panels.
 - Each row has a thick compute lane and a thin communication lane underneath
   (transfers sent by that stage, all-reduces), so communication never hides compute.
 - The compute lane has a grey background across the whole run: anything grey is idle
@@ -61,6 +62,7 @@ _COMPUTE = (0.06, 0.70)
 _COMM = (0.74, 0.93)
 
 _MAX_LABELS = 2500          # per-bar text is the slowest thing matplotlib draws
+MAX_ROW_LABELS = 32         # row names per panel; a taller panel names every 2nd, 4th, ... row
 _DENSE_PX = 4.0             # below this median bar width we stop drawing bar edges
 RASTER_MIN_BARS = 20_000    # dense charts with more bars are drawn as a coverage image
 # zlib level 3, not Pillow's 6: 0.06-0.1 s less per large chart for files ~6-16% larger
@@ -85,21 +87,29 @@ def _event_rows(tl: Timeline) -> np.ndarray:
     return row
 
 
-def _categories(tl: Timeline) -> tuple[np.ndarray, list[str]]:
-    """Colour category index per event (into the returned name list); -1 = not a bar."""
+def _categories(tl: Timeline, compute: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Colour category index per event (into the returned name list); -1 = not a bar.
+
+    `compute` is tl.kind == "compute", which the caller needs too. Each other test runs on the
+    events still undecided only: a comparison of a million strings costs ~5-10 ms, and a large
+    run's compute and transfer events are about half of it each.
+    """
     names = list(PHASE_COLORS) + list(COMM_COLORS)
     idx = {name: i for i, name in enumerate(names)}
     cat = np.full(len(tl), -1, dtype=np.int64)
-    compute = tl.kind == "compute"
+    phase = tl.phase[compute]
+    sub = np.full(len(phase), idx["other"], dtype=np.int64)
     for ph in ("F", "B", "W", "BW", "OPT"):
-        cat[compute & (tl.phase == ph)] = idx[ph]
-    cat[compute & (cat < 0)] = idx["other"]
-    cat[tl.kind == "optimizer"] = idx["OPT"]
-    transfer = tl.kind == "transfer"
-    cat[transfer & (tl.phase == "F")] = idx["send F"]
-    cat[transfer & (tl.phase != "F")] = idx["send B"]
-    cat[tl.kind == "allreduce"] = idx["allreduce"]
-    cat[tl.kind == "collective"] = idx["collective"]
+        sub[phase == ph] = idx[ph]
+    cat[compute] = sub
+    rest = np.flatnonzero(~compute)
+    kind = tl.kind[rest]
+    sub = np.full(len(rest), -1, dtype=np.int64)
+    transfer = kind == "transfer"
+    sub[transfer] = np.where(tl.phase[rest[transfer]] == "F", idx["send F"], idx["send B"])
+    for k, name in (("optimizer", "OPT"), ("allreduce", "allreduce"), ("collective", "collective")):
+        sub[kind == k] = idx[name]
+    cat[rest] = sub
     return cat, names
 
 
@@ -123,6 +133,17 @@ def _bar_chunks(tl: Timeline, cat: np.ndarray, n_phase_cats: int) -> np.ndarray:
     """Chunk of every compute bar (0 for the rest: a transfer's colour already says its direction)."""
     chunk = np.where((cat >= 0) & (cat < n_phase_cats), tl.chunk, 0)
     return np.clip(chunk, 0, None)
+
+
+def _distinct(ids: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of non-negative integer ids (microbatches, iterations).
+
+    They count from 0, so a bincount finds them in a few ms where np.unique's sort of a large
+    run's million events takes ~20; ids far above their count fall back to the sort.
+    """
+    if len(ids) and int(ids.max()) > 4 * len(ids) + 1024:
+        return np.unique(ids)
+    return np.flatnonzero(np.bincount(ids))
 
 
 def idx_of(names: list[str], name: str) -> int:
@@ -193,24 +214,46 @@ def _raster(layers, n_rows: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     color = np.zeros((n_rows, len(edges) - 1, width, 3))
     alpha = np.zeros((n_rows, len(edges) - 1, width))
     for rgb, (top, bottom), rows, ps, pe in layers:
-        bands = [i for i, (a, b) in enumerate(zip(edges, edges[1:])) if top <= a and b <= bottom]
+        lane = slice(edges.index(top), edges.index(bottom))  # views: composited in place
         a = _coverage(rows, ps, pe, n_rows, width)[:, None, :]
         keep = 1.0 - a
-        alpha[:, bands] = a + alpha[:, bands] * keep
-        color[:, bands] = a[..., None] * np.asarray(rgb) + color[:, bands] * keep[..., None]
-    rgba = np.zeros(alpha.shape + (4,))
-    np.divide(color, alpha[..., None], out=rgba[..., :3], where=alpha[..., None] > 0)
-    rgba[..., 3] = alpha
+        alpha[:, lane] *= keep
+        alpha[:, lane] += a
+        color[:, lane] *= keep[..., None]
+        color[:, lane] += a[..., None] * np.asarray(rgb)
+    # un-premultiply; where alpha is 0 so is color, and 0 / tiny keeps it 0 without a masked divide
+    np.divide(color, np.maximum(alpha, np.finfo(float).tiny)[..., None], out=color)
+    image = np.empty(alpha.shape + (4,), dtype=np.uint8)
+    for channels, share in ((image[..., :3], color), (image[..., 3], alpha)):
+        share *= 255.0
+        np.clip(share, 0.0, 255.0, out=share)
+        channels[...] = np.rint(share, out=share)
     y_edges = np.append((np.arange(n_rows)[:, None] + np.asarray(edges[:-1])).ravel(), float(n_rows))
-    return y_edges, np.round(255 * np.clip(rgba, 0.0, 1.0)).astype(np.uint8).reshape(-1, width, 4)
+    return y_edges, image.reshape(-1, width, 4)
 
 
 def _short(name: str, width: int = 22) -> str:
     return name if len(name) <= width else name[: width // 2 - 1] + "…" + name[-(width // 2):]
 
 
-def row_labels(ax, ys, labels, fontsize: float) -> None:
-    """Row names where the y tick labels would be, drawn as plain texts.
+def label_stride(n_rows: int) -> int:
+    """Every how many rows a panel of `n_rows` names one: 1 up to MAX_ROW_LABELS rows, then the
+    smallest power of two that keeps it to MAX_ROW_LABELS names.
+
+    Each name is a text, ~1.5-2 ms to lay out and draw; a PP64 run's charts have ~250 of them,
+    half the dashboard's drawing time. Rows run in pipeline order, so every 2nd or 4th name
+    locates the rest. A power of two keeps the named rows of a link panel (downstream and
+    upstream rows alternate) all in one direction.
+    """
+    stride = 1
+    while n_rows > stride * MAX_ROW_LABELS:
+        stride *= 2
+    return stride
+
+
+def row_labels(ax, ys, labels, fontsize: float, stride: int = 1) -> None:
+    """Row names where the y tick labels would be, drawn as plain texts: every `stride`-th row's,
+    or every label_stride()-th's if that is more.
 
     A matplotlib tick costs ~2 ms to build and draw (two lines, two texts, a grid line), and
     these charts label a row per stage, device or link: dozens to hundreds of them.
@@ -220,16 +263,15 @@ def row_labels(ax, ys, labels, fontsize: float) -> None:
 
     ax.set_yticks([])
     at = offset_copy(ax.get_yaxis_transform(), fig=ax.figure, x=-rcParams["ytick.major.pad"], units="points")
-    for y, label in zip(ys, labels):
+    step = max(stride, label_stride(len(labels)))
+    for y, label in zip(ys[::step], labels[::step]):
         ax.text(0, y, label, transform=at, ha="right", va="center_baseline", fontsize=fontsize)
 
 
 def _chunk_handles(chunks: list[int], n_chunks: int, dense: bool) -> list:
-    """One legend entry per chunk drawn (none for one chunk per stage): its shade and hatch."""
+    """One legend entry per chunk drawn (more than one chunk per stage): its shade and hatch."""
     from matplotlib.patches import Patch
 
-    if n_chunks == 1:
-        return []
     return [Patch(facecolor=chunk_shade(CHUNK_LEGEND_COLOR, k, n_chunks), edgecolor="white",
                   hatch=None if dense else chunk_hatch(k), label=f"chunk {k}") for k in chunks]
 
@@ -262,10 +304,11 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
     xe = (tl.end_ms - shift) * scale
 
     rows = _event_rows(tl)
-    cat, names = _categories(tl)
+    compute = tl.kind == "compute"
+    cat, names = _categories(tl, compute)
     n_ch = tl.n_chunks
     chunk = _bar_chunks(tl, cat, len(PHASE_COLORS))
-    n_compute_row = int(np.bincount(rows[(cat >= 0) & (rows >= 0) & (tl.kind == "compute")],
+    n_compute_row = int(np.bincount(rows[(cat >= 0) & (rows >= 0) & compute],
                                     minlength=n_st).max()) if len(tl) else 0
 
     # ---- figure geometry (inches): height grows with stages, fonts capped
@@ -299,7 +342,7 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
 
     # ---- task bars
     bar = (cat >= 0) & (rows >= 0) & valid
-    widths_px = (xe - xs)[bar & (tl.kind == "compute")] * px_per_x
+    widths_px = (xe - xs)[bar & compute] * px_per_x
     dense = len(widths_px) == 0 or float(np.median(widths_px)) < _DENSE_PX
     raster = dense and int(bar.sum()) > RASTER_MIN_BARS
     # merge and draw per (colour, chunk): bars of two chunks never merge into one
@@ -376,7 +419,7 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
     # ---- microbatch numbers: per phase, one font size, and only if most bars of that
     # phase can take it (labelling 0-9 but not 10+ looks like missing data)
     if not dense:
-        lab_all = bar & (tl.kind == "compute") & (tl.microbatch >= 0)
+        lab_all = bar & compute & (tl.microbatch >= 0)
         digits = len(str(int(tl.microbatch[lab_all].max()))) if lab_all.any() else 1
         px_per_pt = 0.62 * dpi / 72 * digits
         budget = _MAX_LABELS
@@ -397,7 +440,7 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
     # ---- iteration boundaries: where the optimizer step splits one batch from the next
     its = tl.iteration[(tl.iteration >= 0) & valid]
     if len(its):
-        uniq = np.unique(its)
+        uniq = _distinct(its)
         if 1 < len(uniq) <= 64:
             starts = [xs[(tl.iteration == i) & valid].min() for i in uniq]
             ax.vlines(starts[1:], -0.1, n_st, colors="#555555", linestyles=(0, (4, 3)),
@@ -408,8 +451,7 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
                             ha="left", clip_on=False)
 
     # ---- axes, labels, legend
-    if n_st <= 80:
-        row_labels(ax, ys + sum(_COMPUTE) / 2, labels[:n_st], label_fs)
+    row_labels(ax, ys + sum(_COMPUTE) / 2, labels[:n_st], label_fs)
     ax.tick_params(axis="y", length=0)
     ax.tick_params(axis="x", labelsize=9)
     if n_st > 24:  # long charts: time axis on top as well so it is visible without scrolling
@@ -430,17 +472,18 @@ def plot_timeline(timeline: Timeline, path, title: str | None = None) -> Path:
         handles.append(Patch(facecolor=(0.894, 0.102, 0.11, 0.28), edgecolor=FAILURE_COLOR,
                              hatch="///", label="failure"))
     handles.append(Patch(facecolor=IDLE_COLOR, label="idle"))
-    handles += _chunk_handles(np.unique(b_chunk[b_cat < len(PHASE_COLORS)]).tolist(), n_ch, dense)
+    if n_ch > 1:
+        handles += _chunk_handles(np.unique(b_chunk[b_cat < len(PHASE_COLORS)]).tolist(), n_ch, dense)
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.48 / height_in), handlelength=1.4, columnspacing=1.2)
 
     if title is None:
         meta = tl.meta or {}
         sched = meta.get("schedule") or meta.get("scheduler") or "pipeline"
-        n_mb = len(np.unique(tl.microbatch[tl.microbatch >= 0]))
+        n_mb = len(_distinct(tl.microbatch[tl.microbatch >= 0]))
         title = f"{sched}: {tl.n_stages} stages" + (f" x {n_ch} chunks" if n_ch > 1 else "") + \
             f", {n_mb} microbatches"
-        n_it = len(np.unique(tl.iteration[tl.iteration >= 0]))
+        n_it = len(_distinct(tl.iteration[tl.iteration >= 0]))
         if n_it > 1:
             title += f" ({n_it} iterations x {tl.microbatches_per_iteration})"
         if "seed" in meta:
