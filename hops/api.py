@@ -86,7 +86,7 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "activation_mb": res.extras["activation_mb"],
         "model_fingerprint": model_fingerprint(catalog),  # the same value the calibration ledger records
     })
-    summary.update(memory_summary(sc, topo, catalog, res.peak_in_flight, res.extras["activation_mb"],
+    summary.update(memory_summary(sc, topo, catalog, res.peak_held, res.extras["activation_mb"],
                                   ends=res.extras["model_ends"], virtual_stages=res.extras["virtual_stages"]))
     physical.check_memory(sc, summary["peak_memory_mb"])
     # the same for a dict, an OmegaConf config or a file; write_summary() adds the file it came from

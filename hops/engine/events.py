@@ -63,6 +63,9 @@ class Layout:
     tasks_per_stage: list  # tasks a stage runs per iteration (an "either" stage: -1 per fused BW)
     phys: list = None  # scenario stage of each (virtual) stage; None: the same index
     blocking_send: bool = False  # a stage waits for its p2p send to be delivered before its next task
+    # per scenario stage, what a microbatch between its B and its W weighs against one before
+    # its B (hops.model.memory.pending_w_weights); None: 1 everywhere, the plain count
+    pending_weight: list = None
 
     @property
     def shared_devices(self) -> bool:
@@ -102,13 +105,14 @@ class Links:
 class Record:
     """What the run produced, as row tuples (the Timeline is built from them once, at the end)."""
 
-    __slots__ = ("compute", "transfer", "other", "peak_in_flight")
+    __slots__ = ("compute", "transfer", "other", "peak_in_flight", "peak_weighted")
 
     def __init__(self, n_stages: int):
         self.compute: list[tuple] = []   # (stage, global mb, phase code, start, end, iteration)
         self.transfer: list[tuple] = []  # (link, stage, global mb, phase code, start, end, iteration)
         self.other: list[tuple] = []     # (kind, stage, phase, start, end, iteration)
         self.peak_in_flight = [0] * n_stages
+        self.peak_weighted = [0.0] * n_stages  # the same peak with Layout.pending_weight applied, when given
 
 
 class Iteration:
@@ -120,7 +124,8 @@ class Iteration:
     """
 
     __slots__ = ("layout", "links", "record", "sched", "next_tasks", "state", "it", "off", "dev_busy",
-                 "remaining", "stage_end", "heap", "seq", "phys", "held", "sdev", "dur", "rows", "shared", "peak")
+                 "remaining", "stage_end", "heap", "seq", "phys", "held", "sdev", "dur", "rows", "shared", "peak",
+                 "weight", "pending")
 
     def __init__(self, layout: Layout, links: Links, record: Record, sched: Scheduler, it: int, t0: float):
         p, m = layout.n_stages, layout.n_microbatches
@@ -140,6 +145,9 @@ class Iteration:
         self.held = [0] * len(record.peak_in_flight)  # chunk-microbatches whose activations a stage holds
         self.sdev, self.dur, self.rows, self.peak = layout.sdev, layout.dur, record.compute, record.peak_in_flight
         self.shared = layout.shared_devices
+        # under a pending weight, chunk-microbatches a stage holds between their B and their W
+        self.weight = layout.pending_weight
+        self.pending = None if self.weight is None else [0] * len(self.held)
 
     # ------------------------------------------------------------------ starting work
     def start(self, s: int, now: float) -> None:
@@ -165,6 +173,8 @@ class Iteration:
             self.held[i] = held
             if held > self.peak[i]:
                 self.peak[i] = held
+            if self.weight is not None:
+                self._weigh(i)
             code = _F
         elif phase == "W":
             ready = st.w_ready[s]
@@ -190,6 +200,13 @@ class Iteration:
         self.rows.append((s, g, code, now, end, self.it))
         self.seq = seq = self.seq + 1
         heappush(self.heap, (end, seq, COMPUTE_END, s, j, code))
+
+    def _weigh(self, i: int) -> None:
+        """Raise stage i's weighted peak to what it holds now: a pending microbatch weighs
+        weight[i], the others 1. Recomputed from the counts, so no rounding accumulates."""
+        now = self.held[i] + (self.weight[i] - 1.0) * self.pending[i]
+        if now > self.record.peak_weighted[i]:
+            self.record.peak_weighted[i] = now
 
     def _refused(self, what: str) -> SchedulerError:
         """The error for a task the scheduler should not have started (the name is read only then)."""
@@ -239,9 +256,16 @@ class Iteration:
                 sent = self.send(s, lay.bwd_link[s], j, -1, code, now)
             if code == _B:
                 self.state.w_ready[s][j] = 1
+                if self.pending is not None:  # from now it holds what its W needs
+                    i = self.phys[s]
+                    self.pending[i] += 1
+                    self._weigh(i)
             else:
                 self.state.in_flight[s] -= 1  # BW or W: the activations are released
-                self.held[self.phys[s]] -= 1
+                i = self.phys[s]
+                self.held[i] -= 1
+                if code == _W and self.pending is not None:
+                    self.pending[i] -= 1
         if sent is not None and sent > now and lay.blocking_send:
             # Megatron's schedules wait on each p2p send before the next compute: the stage's
             # device stays taken (idle, not busy) until its message is delivered

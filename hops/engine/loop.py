@@ -44,7 +44,7 @@ from hops.engine.events import (_B, _BW, PHASE_CODES, Iteration, Layout, Links, 
                           end_iteration_post_validated)
 from hops.errors import HopsError, ScenarioError
 from hops.model.hardware import Catalog, Topology, p2p_overlaps
-from hops.model.memory import memory_summary, optimizer_state_per_weight_byte
+from hops.model.memory import memory_summary, optimizer_state_per_weight_byte, pending_w_weights
 from hops.schema.fields import MAX_TASKS
 from hops.schedulers import PipelineMeta, Scheduler, resolve_scheduler
 from hops.timeline import Timeline
@@ -66,6 +66,9 @@ class EngineResult:
     expected: list
     scheduler: Scheduler
     peak_in_flight: list[int]
+    # what memory charges: peak_in_flight, or under full recomputation its weighted peak, where a
+    # microbatch waiting for its W weighs what that W needs (hops.model.memory.pending_w_weights)
+    peak_held: list
     link_stats: dict
     extras: dict = field(default_factory=dict)
 
@@ -174,12 +177,13 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             if factor != 1.0:
                 samples[s] = {ph: arr * factor for ph, arr in samples[s].items()}
     physical.check_samples(scenario, compute.devices, phys, samples)
+    pending_weight = pending_w_weights(scenario, catalog)
     layout = Layout(
         n_stages=p, n_microbatches=m, sdev=sdev, stages_on_dev=laid.stages_on_dev, fwd_link=fwd_link,
         bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
         bwd_codes=[({"BW": _BW}, {"B": _B}, {"B": _B, "BW": _BW})[v] for v in smode],
         either=[v == SPLIT_EITHER for v in smode], tasks_per_stage=[m * (3 if v else 2) for v in smode],
-        phys=phys, blocking_send=laid.meta.blocking_send)
+        phys=phys, blocking_send=laid.meta.blocking_send, pending_weight=pending_weight)
     uses = Counter(k for k in chain(fwd_link, bwd_link) if k is not None)
     links_state = Links([lp.transfer_ms(msg_mb) for lp in links],
                         [lognormal_unit(rngs["comm"], lp.jitter, uses[k] * n_total).tolist() if lp.jitter > 0
@@ -221,7 +225,8 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     tl = _build_timeline(scenario, record.compute, record.transfer, other, links, stage_dev, placement, v_eff)
     link_stats = {lp.name: {"transfers": links_state.count[k], "contended": links_state.contended[k],
                             "wait_ms": links_state.wait[k]} for k, lp in enumerate(links)}
-    return EngineResult(tl, compute.expected, sched, record.peak_in_flight, link_stats,
+    peak_held = record.peak_in_flight if pending_weight is None else record.peak_weighted
+    return EngineResult(tl, compute.expected, sched, record.peak_in_flight, peak_held, link_stats,
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
                          "links": links, "stragglers": stragglers, "virtual_stages": v_eff,
                          "chunks": exp if p != n_phys else None, "model_ends": (phys[0], phys[-1])})

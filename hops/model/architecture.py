@@ -131,6 +131,46 @@ class Architecture:
         replicated = 10 * self.seq_len * h
         return replicated + (whole - replicated) / tp
 
+    def ffn_rows(self) -> tuple[tuple[int, int], ...]:
+        """(rows per token, inner width) of each FFN a token runs: the dense FFN once; under MoE
+        each of its top_k routed copies through an expert, and the shared experts as one FFN of
+        shared_experts x expert_ffn (Megatron-Core's shared-expert MLP)."""
+        if not self.moe:
+            return ((1, self.ffn_dim),)
+        shared = ((1, self.shared_experts * self.expert_ffn),) if self.shared_experts else ()
+        return ((self.top_k, self.expert_ffn),) + shared
+
+    def weight_gradient_operands(self, tp: int = 1, sequence_parallel: bool = False) -> float:
+        """Elements one layer keeps per micro-batch row, on each GPU of a tensor-parallel group of
+        `tp`, for a weight-gradient pass (W) deferred past its B under full recomputation.
+
+        B reran the forward from the stashed layer input and drops the rest, but W computes each
+        weight's gradient as dW = X^T dY, so until W runs every weight GEMM's input X and output
+        gradient dY stay (what zero-bubble implementations keep for the deferred W; Qi et al.,
+        ICLR 2024, sec. 2-3). Per token, in Megatron's split (Shoeybi et al. 2019, sec. 3):
+
+        - column-parallel QKV: X the attention input, h, whole on every rank; dY the Q, K and V
+          gradients, h (1 + 2 kv_share), split t ways;
+        - row-parallel attention projection: X the attention output, h, split; dY h, whole;
+        - column-parallel MLP up (and gate, one fused GEMM): X the MLP input, h, whole; dY
+          (ffn_matrices - 1) ffn, split;
+        - row-parallel MLP down: X the inner activation, ffn, split; dY h, whole.
+
+        So 4 h whole and h (2 + 2 kv_share) + ffn_matrices ffn split, the latter layer_params() / h.
+        At Megatron's GPT shape that is 16 h, 32 s h bytes in bf16, against the 34 s h a layer
+        stashes without recomputation (Korthikanti et al. 2022, sec. 4.1), whose GEMM inputs are
+        among them but not the output gradients. Sequence
+        parallelism splits the whole operands along the sequence too (sec. 4.2.2). Under MoE each
+        FFN row of ffn_rows() holds its own X and dY (h each) and its inner tensors, split as the
+        dense FFN's (as activation_bytes splits the experts'); the router's h x experts GEMM, O(experts)
+        per token, is left out like biases and norms.
+        """
+        h = self.hidden
+        rows = sum(n for n, _ in self.ffn_rows())
+        whole = 2 * h + 2 * h * rows
+        split = h * (2 + 2 * self.kv_share) + self.ffn_matrices * sum(n * f for n, f in self.ffn_rows())
+        return self.seq_len * (whole / (tp if sequence_parallel else 1) + split / tp)
+
     def elementwise_bytes(self) -> float:
         """HBM traffic of one layer's forward outside the GEMMs' own operands (norms, activation
         function, dropout, residual adds). Assumption: each stashed tensor is written once by its

@@ -21,10 +21,14 @@ def optimizer_state_per_weight_byte(m: dict, precision: str) -> float:
     return (m["adam_state_bytes_per_param"] + master) / nbytes
 
 
-def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_flight, msg_mb: float,
+def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_held, msg_mb: float,
                    ends: tuple[int, int] | None = None, virtual_stages: int | None = None) -> dict:
     """Peak memory per device: weights + gradients + optimizer state + activations the schedule
     held at its peak.
+
+    ``peak_held[i]``: stage i's peak of the chunk-microbatches it held, each weighed by what it
+    held then in units of its stash (the engine's peak_held: a microbatch waiting for its W
+    weighs pending_w_weights(); otherwise the plain count, peak_in_flight).
 
     Per parameter, Megatron's mixed precision holds the bf16 weight (2 B), its fp32 main grad
     (4 B, ``embedding_grad_bytes_per_element``) and Adam's fp32 master weight, m and v (12 B,
@@ -70,7 +74,7 @@ def memory_summary(sc: Scenario, topo: Topology, catalog: Catalog, peak_in_fligh
         opt = ((weights[i] - experts) / state_share + experts / expert_share) * state_per_byte \
             if sc.optimizer_enabled else 0.0
         grads = weights[i] / nbytes * m["embedding_grad_bytes_per_element"] if sc.optimizer_enabled else 0.0
-        held = peak_in_flight[i] * act / v  # in chunk-microbatches: 1/v of the stage each
+        held = peak_held[i] * act / v  # in chunk-microbatches: 1/v of the stage each
         if st.tp == 1:
             peak[st.device] = peak.get(st.device, 0.0) + weights[i] + grads + opt + held
         else:  # every GPU of a tensor-parallel group holds 1/t of the weights and its share of the activations
@@ -102,6 +106,32 @@ def layer_activation_bytes(sc: Scenario, catalog: Catalog, tp: int = 1) -> float
     if stack["attention"] == "unfused" and stack["recompute"] == "none":
         stashed += arch.scores() * catalog.model["activation_score_bytes"] / tp
     return stashed
+
+
+def layer_deferred_w_bytes(sc: Scenario, catalog: Catalog, tp: int = 1) -> float:
+    """Bytes one layer keeps per micro-batch row on each GPU of a tensor-parallel group of `tp`
+    while its W waits after B under full recomputation: each weight GEMM's input and output
+    gradient (Architecture.weight_gradient_operands), in the run's precision."""
+    sp = bool(catalog.stack(sc)["sequence_parallel"])
+    return sc.architecture.weight_gradient_operands(tp, sp) * catalog.model["bytes_per_element"][sc.precision]
+
+
+def pending_w_weights(sc: Scenario, catalog: Catalog) -> list[float] | None:
+    """Per stage, what a microbatch whose B has run and whose W waits holds, over what it held
+    before its B (layer_deferred_w_bytes / layer_activation_bytes); None when that is 1 on
+    every stage, so the engine keeps its plain count.
+
+    It differs only under full recomputation, where the stash is the layer inputs while B's
+    rerun forward leaves W the GEMMs' inputs and output gradients (~16 h per token against 1 h).
+    Without it the stash already holds the GEMMs' inputs, and memory keeps charging it until W
+    as before. A stage whose activation memory is stated, or that has no layers, keeps 1.
+    """
+    if sc.architecture is None or catalog.stack(sc)["recompute"] != "full":
+        return None
+    m = catalog.model
+    weights = [layer_deferred_w_bytes(sc, catalog, st.tp) / layer_activation_bytes(sc, catalog, st.tp)
+               if st.activation_memory_mb is None and stage_layers(sc, st, m) else 1.0 for st in sc.stages]
+    return weights if any(w != 1.0 for w in weights) else None
 
 
 def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | None = None) -> list[float]:
