@@ -392,8 +392,8 @@ def search_v(meta: PipelineMeta, cap_chunks: int, max_passes: int = 2, budget: f
     """Best V order found for the V meta (2p virtual stages, device d holds d and 2p-1-d).
 
     Candidates: ZB-V's list-schedule rules (hops.schedulers.zb_v) at unit and at the expected
-    times, both B tie-breaks and both W policies (the 8 orders zb_v chooses from, zb_v's own
-    pick among them labelled "built-in zb_v"), each replayed
+    times, both B tie-breaks and both W policies (8 of the orders zb_v chooses from; zb_v's own
+    pick, labelled "built-in zb_v", joins them), each replayed
     here under the engine's rules (FIFO links included). Then the same fused-or-split choice
     the one-chunk search makes: per device, a coordinate descent over which microbatches'
     backwards run fused (first ``head`` and last ``tail`` split, the rest fused), busiest
