@@ -39,6 +39,17 @@ VARIANTS = ("spec", "link_calibrated")
 TARGET_RATIO = 2.0  # issue 19: left-out MAPE <= 2x in-sample for every group
 
 
+
+def fit_libraries() -> dict[str, str]:
+    """Versions of the libraries the refits run on. Why: a fold fitted on a few fixtures leaves
+    constants weakly identified, and the multi-start least squares can land in another optimum
+    under another numpy / scipy (the same tree's pp6 fold at 2.06x and 1.88x on two machines)
+    or another fit seed, so a table is reproducible only with its versions."""
+    import numpy
+    import scipy
+
+    return {"numpy": numpy.__version__, "scipy": scipy.__version__}
+
 class CrossvalError(HopsError):
     """A crossval request the command cannot honour (an unknown grouping)."""
 
@@ -125,6 +136,7 @@ class Crossval:
         return {"by": self.by, "space": self.space, "target_ratio": TARGET_RATIO, "met": self.met(),
                 "model_fingerprint": ledger.model_fingerprint(), "git_commit": ledger.git_commit(),
                 "date": ledger.now(), "command": f"python -m autoresearch crossval --by {self.by}",
+                "libraries": fit_libraries(),
                 "rows": [{k: _plain(v) for k, v in r.items()} for r in self.table().to_dict("records")],
                 "constants": self.constants().to_dict("index"),
                 "all_train_fixtures": len(self.all_train.fixtures)}

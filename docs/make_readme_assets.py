@@ -99,7 +99,9 @@ def crossval() -> str:
                         f"{r['out_mape']:.2f} % | {r['in_bubble_pp']:.2f} → {r['out_bubble_pp']:.2f} pp | {rho} | "
                         f"{r['ratio']:.2f}x{flag} |")
         verdict = "met" if doc["met"] else "not met (✗)"
-        parts.append(f"`{doc['command']}` ({doc['date'][:10]}, model {doc['model_fingerprint']}): target "
+        libs = ", ".join(f"{k} {v}" for k, v in doc.get("libraries", {}).items())
+        parts.append(f"`{doc['command']}` ({doc['date'][:10]}, model {doc['model_fingerprint']}"
+                     + (f"; {libs}" if libs else "") + "): target "
                      f"out / in ≤ {doc['target_ratio']:g} {verdict}.\n\n" + "\n".join(rows) + "\n")
     first = json.loads((CROSSVAL / f"{CROSSVAL_BY[0]}.json").read_text())
     consts = first["constants"]
