@@ -159,11 +159,11 @@ class Architecture:
         So 4 h whole and h (2 + 2 kv_share) + ffn_matrices ffn split, the latter layer_params() / h.
         At Megatron's GPT shape that is 16 h, 32 s h bytes in bf16, against the 34 s h a layer
         stashes without recomputation (Korthikanti et al. 2022, sec. 4.1), whose GEMM inputs are
-        among them but not the output gradients. Sequence
-        parallelism splits the whole operands along the sequence too (sec. 4.2.2). Under MoE each
-        FFN row of ffn_rows() holds its own X and dY (h each) and its inner tensors, split as the
-        dense FFN's (as activation_bytes splits the experts'); the router's h x experts GEMM, O(experts)
-        per token, is left out like biases and norms.
+        among them but not the output gradients. Sequence parallelism splits the whole operands
+        along the sequence too (sec. 4.2.2). Under MoE each FFN row of ffn_rows() holds its own X
+        and dY (h each) and its inner tensors, split as the dense FFN's (as activation_bytes splits
+        the experts'); the router's h x experts GEMM, O(experts) per token, is left out like
+        biases and norms.
         """
         h = self.hidden
         rows = sum(n for n, _ in self.ffn_rows())
