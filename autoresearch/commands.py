@@ -131,6 +131,9 @@ def add_commands(sub) -> None:
     p.add_argument("--by", required=True, metavar="{device,depth,shape}", help="how to group the train fixtures")
     p.add_argument("--space", default="sum_model", help="space of search_space.yaml to refit (default sum_model)")
     p.add_argument("--json", metavar="PATH", help="also write the tables as JSON (README's come from docs/crossval/)")
+    p.add_argument("--fit-seeds", type=int, default=1, metavar="N",
+                   help="refit each fold from N fit seeds and report the range of its ratio (default 1; "
+                        "README's tables use 3)")
     _fixtures(p), _jobs(p)
     p.set_defaults(func=run_crossval)
 
@@ -196,7 +199,10 @@ def run_noise(args) -> int:
 def run_crossval(args) -> int:
     from .crossval import crossval, render
 
-    cv = crossval(args.by, space=args.space, root=args.fixtures, jobs=args.jobs, progress=sys.stderr.isatty())
+    if args.fit_seeds < 1:
+        raise HopsError(f"--fit-seeds: expected an integer >= 1, got {args.fit_seeds}")
+    cv = crossval(args.by, space=args.space, root=args.fixtures, jobs=args.jobs, progress=sys.stderr.isatty(),
+                  fit_seeds=args.fit_seeds)
     print(render(cv))
     if args.json:
         import json

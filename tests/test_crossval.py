@@ -92,6 +92,31 @@ def test_crossval_fits_each_fold_without_the_fixtures_it_scores(fixtures_root, m
         assert fold.left_out_scores["spec"]["n"] == len(fold.left_out)
 
 
+def test_with_several_fit_seeds_each_fold_is_refit_from_each_and_reports_the_range(fixtures_root, monkeypatch):
+    """A fold's constants are not identified by its few fixtures, so refits from other seeds can
+    land elsewhere at the same cost: --fit-seeds N refits every fold from seeds 0..N-1, the row
+    keeps the first seed's ratio and reports the range over all N."""
+    ids = [*SHAPES, "exp2_8_h100_pair_pp2_run105", "exp2_13_a10g_pair_pp2_run135"]
+    monkeypatch.setattr(cv_mod, "list_fixtures", lambda root, split: list_fixtures(root, split, ids))
+    seeds = []
+    real_fit = phase_fit.fit
+
+    def spy(data, params, **kw):
+        seeds.append(kw["seed"])
+        return real_fit(data, params, **kw)
+
+    monkeypatch.setattr(phase_fit, "fit", spy)
+    one = cv_mod.crossval("depth", root=fixtures_root, starts=1)
+    seeds.clear()
+    three = cv_mod.crossval("depth", root=fixtures_root, starts=1, fit_seeds=3)
+    assert seeds == [0] + [0, 1, 2] * len(three.folds)  # the all-train fit once, each fold from every seed
+    a, b = one.table(), three.table()
+    assert list(b["ratio"]) == list(a["ratio"])  # the first seed's refit is the row
+    assert (b["ratio_min"] <= b["ratio"]).all() and (b["ratio"] <= b["ratio_max"]).all()
+    assert (a["ratio_min"] == a["ratio"]).all() and (a["ratio_max"] == a["ratio"]).all()
+    assert three.to_dict()["fit_seeds"] == 3 and "--fit-seeds 3" in three.to_dict()["command"]
+
+
 def test_shape_groups_are_the_shapes_beyond_the_base_model(fixtures_root):
     fixtures = list_fixtures(fixtures_root, "train", [*SHAPES, "exp2_8_h100_pair_pp2_run105"])
     groups = cv_mod.groups_by("shape", fixtures, phase_fit.stage_phases(fixtures))
