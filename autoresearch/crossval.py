@@ -190,13 +190,10 @@ def crossval(by: str, *, space: str = "sum_model", root=None, jobs: int = 1, pro
             bar.note(label)
             left = set(ids)
             train = [d for d in data if d.id not in left]
-            scores = []
-            for k in range(fit_seeds):
-                fit_k = phase_fit.fit(train, params, starts=starts, seed=seed + k)
-                refit = fit_k if k == 0 else refit
-                scored = validate(SPLIT, root=root, variants=VARIANTS, ids=ids, overrides=fit_k.values, jobs=jobs)
-                scores.append(_aggregates(scored.table()))
-            folds.append(Fold(label, tuple(ids), refit.fixtures, refit,
+            refits = [phase_fit.fit(train, params, starts=starts, seed=seed + k) for k in range(fit_seeds)]
+            scores = [_aggregates(validate(SPLIT, root=root, variants=VARIANTS, ids=ids, overrides=r.values,
+                                           jobs=jobs).table()) for r in refits]
+            folds.append(Fold(label, tuple(ids), refits[0].fixtures, refits[0],
                               _aggregates(in_sample[in_sample["id"].isin(left)]), scores[0], tuple(scores[1:])))
             bar.update()
     finally:
