@@ -249,8 +249,9 @@ def apply_section_overrides(doc, overrides: list[str], cfg) -> None:
     for ov in OverridesParser.create().parse_overrides(overrides):
         key = ov.key_or_group
         delete = ov.is_delete()
-        if deleted_key(key) is not None:  # `~key` as main() handed it to Hydra (hops.run.file_deletions)
-            key, delete = deleted_key(key), True
+        gone = deleted_key(key)  # `~key` as main() handed it to Hydra (hops.run.file_deletions)
+        if gone is not None:
+            key, delete = gone, True
         head = key.split(".", 1)[0]
         if head not in SECTIONS:
             continue

@@ -19,6 +19,7 @@ from hops.safe_yaml import SafeLoader
 
 MAX_NODES = 1_000_000  # a PP64 x 1024 scenario is a few hundred nodes; 1e6 is far past any real one
 
+
 class StrictLoader(SafeLoader):
     """Safe loader (YAML 1.2 floats: hops.safe_yaml) that refuses duplicate mapping keys."""
 
