@@ -532,6 +532,51 @@ def test_a_faster_v_that_overruns_a_device_memory_loses_to_a_one_chunk_plan_that
     assert v["memory_over_capacity"] == ["a10g_n0_g0"] and v["makespan_ms"] < auto.summary["makespan_ms"]
 
 
+def recompute_full_doc(placement, memory_gb=None):
+    """Four H100 stages of two GPT layers under full recomputation, where every placement defers Ws."""
+    from tests.test_tensor_data_parallel import groups_doc
+
+    d = groups_doc(1, stages=4, hidden=2048, heads=16, seq=2048, layers_per_stage=2, microbatches=8)
+    d["pipeline"].update(schedule="hetero_search", stack_options={"recompute": "full"},
+                         scheduler_options={"placement": placement})
+    if memory_gb is not None:
+        d["overrides"] = {"devices": {"n3g0": {"memory_gb": memory_gb}}}
+    return d
+
+
+@pytest.mark.parametrize("placement", ["one_chunk", "v", "loop"])
+def test_under_full_recomputation_the_search_weighs_its_plans_memory_as_the_run_does(placement):
+    """Full recomputation stashes only the layers' inputs, but a W deferred past its B holds its
+    GEMMs' inputs and output gradients (tests/test_deferred_w_memory.py), several stashes' worth.
+    What the search's memory check charges each device for the plan it runs is what the run's
+    peak memory charges (EngineResult.peak_held), not the plain in-flight count."""
+    from hops.engine import loop as engine
+    from hops.scenario import load_scenario
+    from hops.schedulers import hetero_search as hs
+
+    cat = Catalog.load()
+    res = engine.run(load_scenario(recompute_full_doc(placement), cat), cat)
+    sched = res.scheduler
+    meta = sched.meta if sched.plan.placement is None else sched.meta.layout_for(sched.plan.placement)
+    assert meta.pending_weight is not None and min(meta.pending_weight) > 2
+    held = [hs.peak_held([t[-2:] for t in o], w) for o, w in zip(hs.plan_orders(sched.plan), meta.pending_weight)]
+    assert held == res.peak_held and held != res.peak_in_flight
+
+
+def test_under_full_recomputation_a_faster_placement_whose_deferred_ws_overrun_a_device_loses_to_one_that_fits():
+    """The V and the one-chunk plan hold more deferred Ws on the last device than the loop; with
+    that device's memory between the loop's peak and theirs, only the loop fits, by the run's own
+    count, and the search runs it though the V is faster. Counting a deferred W as one stash, all
+    three fit and the V overruns the device."""
+    forced = {pl: hops.simulate(recompute_full_doc(pl)).summary for pl in ("one_chunk", "v", "loop")}
+    peak = {pl: s["peak_memory_mb"]["n3g0"] for pl, s in forced.items()}
+    assert forced["v"]["makespan_ms"] < min(forced[pl]["makespan_ms"] for pl in ("one_chunk", "loop"))
+    assert peak["loop"] < min(peak["v"], peak["one_chunk"])
+    r = hops.simulate(recompute_full_doc("auto", memory_gb=(peak["loop"] + min(peak["v"], peak["one_chunk"])) / 2000))
+    assert r.summary["memory_over_capacity"] == []
+    assert looped(r) and r.summary["makespan_ms"] == pytest.approx(forced["loop"]["makespan_ms"])
+
+
 def test_an_unknown_placement_option_is_a_one_line_scenario_error_naming_the_field():
     from hops.errors import ScenarioError
 

@@ -49,9 +49,15 @@ class PipelineMeta:
     layout_for: Optional[Callable[[Sequence[tuple[int, int]]], "PipelineMeta"]] = field(default=None, compare=False,
                                                                                           repr=False)
     # Whether every device stays within its memory under this placement when each scenario
-    # stage holds the given peak of in-flight chunk-microbatches (weights, optimizer state and
-    # activations, as summary.json's peak_memory_mb counts them). None: not known (a hand-made meta).
-    fits_memory: Optional[Callable[[Sequence[int]], bool]] = field(default=None, compare=False, repr=False)
+    # stage holds the given peak of chunk-microbatches, weighed as the engine's peak_held weighs
+    # them (pending_weight below; weights, optimizer state and activations, as summary.json's
+    # peak_memory_mb counts them). None: not known (a hand-made meta).
+    fits_memory: Optional[Callable[[Sequence[float]], bool]] = field(default=None, compare=False, repr=False)
+    # Per scenario stage, what a microbatch between its B and its W weighs against one before its
+    # B (hops.model.memory.pending_w_weights: under full recomputation its W needs the GEMMs'
+    # operands, far more than the stash), so that a peak given to fits_memory is the one the run's
+    # memory will charge. None: 1 everywhere, the plain in-flight count.
+    pending_weight: Optional[Sequence[float]] = None
     # The run's seed, and n draws of every virtual stage's F/B/W/BW compute times as the run draws
     # them (jitter, measured distributions), from the "search" stream of a given seed, never from
     # the stream the run's own times come from: a scheduler that plans for the spread, not only the

@@ -228,6 +228,32 @@ def peak_in_flight(order: Sequence[Task]) -> int:
     return peak
 
 
+def peak_held(order: Sequence[Task], weight: float | None = None) -> float:
+    """What memory charges an order at its peak, in stashes, counted as the engine's peak_held
+    counts it (hops.engine.events): a microbatch between its B and its W weighs ``weight``, the
+    others 1; None: the plain count, peak_in_flight.
+
+    Why: under full recomputation a deferred W needs its GEMMs' inputs and output gradients
+    (hops.model.memory.pending_w_weights), several stashes' worth, so counting it as one stash
+    would call a placement feasible that the run's peak memory overruns."""
+    if weight is None:
+        return peak_in_flight(order)
+    held = pending = 0
+    peak = 0.0
+    for phase, _ in order:
+        if phase == "F":
+            held += 1
+        elif phase == "B":
+            pending += 1
+        else:  # BW or W: the microbatch is released
+            held -= 1
+            if phase == "W":
+                pending -= 1
+            continue
+        peak = max(peak, held + (weight - 1.0) * pending)
+    return peak
+
+
 # --------------------------------------------------------------------------- search
 BASELINES = tuple(_STATIC_BUILTINS)
 
@@ -617,9 +643,15 @@ def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
     return out
 
 
-def fits(meta: PipelineMeta, in_flight: Sequence[int]) -> bool:
-    """The placement keeps every device within its memory (True when the meta cannot tell)."""
-    return meta.fits_memory is None or meta.fits_memory(in_flight)
+def fits(meta: PipelineMeta, orders) -> bool:
+    """Orders (per stage, or per device over its chunks: plan_orders) keep every device within
+    its memory under the meta's placement, as the run's peak memory will count them (True when the
+    meta cannot tell)."""
+    if meta.fits_memory is None:
+        return True
+    weight = meta.pending_weight
+    return meta.fits_memory([peak_held([task[-2:] for task in o], None if weight is None else weight[i])
+                             for i, o in enumerate(orders)])
 
 
 class HeteroSearch(StaticOrderScheduler):
@@ -719,7 +751,7 @@ class HeteroSearch(StaticOrderScheduler):
         for mt, pl in tried:
             t = pl.makespan + its * mt.flush_ms
             alts[pl.placement_name] = t
-            fit = fits(mt, [peak_in_flight([task[-2:] for task in o]) for o in plan_orders(pl)])
+            fit = fits(mt, plan_orders(pl))
             if best is not None:
                 meta_b, plan_b, t_b, fit_b = best
                 faster = t < t_b * (1.0 - MIN_GAIN)
