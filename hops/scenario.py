@@ -164,7 +164,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                                               ("forward", "backward", "backward_b", "backward_w")})
         stages.append(Stage(device=groups[i][0], weights_mb=0.0 if weights is None else weights, compute=compute,
                             layers=layers, activation_memory_mb=st.activation_memory_mb,
-                            compute_jitter=st.compute_jitter, weights_derived=derived,
+                            compute_jitter=st.compute_jitter, weights_derived=derived, compute_derived=c is None,
                             group=groups[i] if len(groups[i]) > 1 else ()))
     tasks = 3 * m.simulation.batches * m.simulation.microbatches * len(stages)
     if tasks > MAX_TASKS:

@@ -47,6 +47,8 @@ class Stage:
     activation_memory_mb: float | None = None
     compute_jitter: float | None = None  # None: pipeline.compute_jitter
     weights_derived: bool = False  # weights_mb came from the architecture (it follows the schedule's placement)
+    # compute came from layers and the architecture: its model chunks hold whole layers (hops.scenario)
+    compute_derived: bool = False
     group: tuple[str, ...] = ()  # the tensor-parallel group (device first); () = device alone
 
     @property

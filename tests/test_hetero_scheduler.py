@@ -577,6 +577,34 @@ def test_under_full_recomputation_a_faster_placement_whose_deferred_ws_overrun_a
     assert looped(r) and r.summary["makespan_ms"] == pytest.approx(forced["loop"]["makespan_ms"])
 
 
+@pytest.mark.parametrize("layers", [[3, 3, 3, 3], [2, 2, 3, 1]])
+def test_hetero_search_runs_two_chunks_per_device_only_where_every_chunk_holds_whole_layers(layers):
+    """A model chunk holds whole layers (tests/test_architecture.py: virtual stages need a multiple
+    of their count on every stage derived from the architecture). With two GPT layers per H100
+    stage the search runs the V; where a stage holds an odd count, the V or the loop would run
+    half a layer per chunk, so it keeps one chunk per stage, and naming either placement is a
+    one-line error naming the first such stage."""
+    from hops.errors import ScenarioError
+    from tests.test_tensor_data_parallel import groups_doc
+
+    d = groups_doc(1, stages=4, hidden=2048, heads=16, seq=2048, layers_per_stage=2, microbatches=8)
+    d["pipeline"]["schedule"] = "hetero_search"
+    assert hops.simulate(d).extras["virtual_stages"] == 2
+    for st, n in zip(d["pipeline"]["stages"], layers):
+        st["layers"] = n
+    d["pipeline"]["model"]["layers"] = sum(layers)
+    r = hops.simulate(d)
+    assert r.extras["virtual_stages"] == 1 and r.extras["model_ends"] == (0, 3)
+    odd = next(i for i, n in enumerate(layers) if n % 2)
+    for placement in ("v", "loop"):
+        d["pipeline"]["scheduler_options"] = {"placement": placement}
+        with pytest.raises(ScenarioError) as exc:
+            hops.simulate(d)
+        msg = str(exc.value)
+        assert msg.startswith(f"pipeline.stages[{odd}].layers: got {layers[odd]}; placement {placement} runs 2 model "
+                              "chunks per stage") and "expected a multiple of 2" in msg and "\n" not in msg
+
+
 def test_an_unknown_placement_option_is_a_one_line_scenario_error_naming_the_field():
     from hops.errors import ScenarioError
 

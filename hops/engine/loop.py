@@ -313,7 +313,8 @@ def lay_out(ctx: _Context, placement) -> Placed:
         fits_memory=lambda held: not memory_summary(
             sc, ctx.topo, ctx.catalog, held, ctx.msg_mb, ends=(phys[0], phys[-1]),
             virtual_stages=p // sc.n_stages)["memory_over_capacity"],
-        pending_weight=pending_w_weights(sc, ctx.catalog))
+        pending_weight=pending_w_weights(sc, ctx.catalog),
+        stage_layers=[st.layers if st.compute_derived else None for st in sc.stages])
     return Placed(p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, opt_ms, sync_ms,
                   meta)
 

@@ -58,6 +58,10 @@ class PipelineMeta:
     # operands, far more than the stash), so that a peak given to fits_memory is the one the run's
     # memory will charge. None: 1 everywhere, the plain in-flight count.
     pending_weight: Optional[Sequence[float]] = None
+    # Per scenario stage, its layer count where its work is derived from the architecture, None
+    # where its compute is given: v chunks per stage split no layer only where each such count is
+    # a multiple of v (hops.scenario refuses the others). () where nobody knows (a hand-made meta).
+    stage_layers: Sequence[Optional[float]] = ()
     # The run's seed, and n draws of every virtual stage's F/B/W/BW compute times as the run draws
     # them (jitter, measured distributions), from the "search" stream of a given seed, never from
     # the stream the run's own times come from: a scheduler that plans for the spread, not only the

@@ -42,7 +42,10 @@ added to its one-iteration makespan): one chunk, then the V, then the loop, each
 the plan so far, which it replaces only by predicting MIN_GAIN better, since two chunks send
 twice the pipeline messages (slow links: the one-chunk plan wins). The engine gives the
 scheduler each placement's meta (PipelineMeta.layout_for) and lays the run out as
-``chosen_placement`` says. With ``pipeline.virtual_stages: 2`` only the V is searched.
+``chosen_placement`` says. With ``pipeline.virtual_stages: 2`` only the V is searched. A chunk
+holds whole layers, as hops.scenario requires of virtual stages: where a stage derived from the
+architecture has an odd layer count (PipelineMeta.stage_layers), the V and the loop would each
+run half a layer, so they are not candidates, and asking for one by name is a scenario error.
 
 Under jitter (the compute times vary: compute_jitter, measured distributions) the expected
 times are not enough: a plan's margin at the expected times can be smaller than what the
@@ -643,6 +646,11 @@ def choose_under_draws(meta: PipelineMeta, plan: Plan, draws) -> Plan:
     return out
 
 
+def split_layer(meta: PipelineMeta, v: int) -> int | None:
+    """The first scenario stage whose layers v chunks per stage would split, or None."""
+    return next((i for i, n in enumerate(meta.stage_layers) if n is not None and n % v), None)
+
+
 def fits(meta: PipelineMeta, orders) -> bool:
     """Orders (per stage, or per device over its chunks: plan_orders) keep every device within
     its memory under the meta's placement, as the run's peak memory will count them (True when the
@@ -684,6 +692,11 @@ class HeteroSearch(StaticOrderScheduler):
             raise ScenarioError("pipeline.scheduler_options.placement", f"{mode!r} with pipeline.virtual_stages: 2, "
                                 "which lays out the V; expected auto or v, or virtual_stages: 1 to let hetero_search "
                                 "lay itself out")
+        split = split_layer(meta, 2)
+        if split is not None and mode in ("v", "loop"):
+            raise ScenarioError(f"pipeline.stages[{split}].layers", f"got {meta.stage_layers[split]:g}; placement "
+                                f"{mode} runs 2 model chunks per stage, each of whole layers: expected a multiple of "
+                                "2, or placement auto or one_chunk")
         if mode == "loop":
             check_rounds(p, m)
         cap = whole_option(self.options, "max_in_flight", 1)
@@ -704,13 +717,13 @@ class HeteroSearch(StaticOrderScheduler):
         # The placements, in the order they challenge the plan so far: one chunk, the V, the loop.
         tried = [] if plan is None else [(meta, plan)]
         meta_v = meta if v == 2 else (meta.layout_for(v_placement(p)) if meta.layout_for and mode in ("auto", "v")
-                                      and p > 1 else None)
+                                      and p > 1 and split is None else None)
         if meta_v is not None:
             vplan = search_v_cached(meta_v, 2 * cap, passes, budget)
             if vplan is not None:
                 tried.append((meta_v, choose_under_draws(meta_v, vplan, jitter_draws(back_to_back(meta_v), seed,
                                                                                      n_draws))))
-        if v == 1 and mode in ("auto", "loop") and meta.layout_for and p > 1 and rounds_divide(p, m):
+        if v == 1 and mode in ("auto", "loop") and meta.layout_for and p > 1 and split is None and rounds_divide(p, m):
             meta_l = meta.layout_for(InterleavedZeroBubble.placement(p, 2))
             lplan = loop_plan(meta_l, 2 * cap)
             if lplan is not None:
