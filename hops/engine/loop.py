@@ -177,7 +177,7 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
             if factor != 1.0:
                 samples[s] = {ph: arr * factor for ph, arr in samples[s].items()}
     physical.check_samples(scenario, compute.devices, phys, samples)
-    pending_weight = pending_w_weights(scenario, catalog)
+    pending_weight = laid.meta.pending_weight
     layout = Layout(
         n_stages=p, n_microbatches=m, sdev=sdev, stages_on_dev=laid.stages_on_dev, fwd_link=fwd_link,
         bwd_link=bwd_link, dur=[[samples[s][ph].tolist() for ph in PHASE_CODES] for s in range(p)],
@@ -308,7 +308,7 @@ def lay_out(ctx: _Context, placement) -> Placed:
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),
-        seed=ctx.seed,
+        seed=ctx.seed, pending_weight=pending_w_weights(sc, ctx.catalog, placement),
         draw_times=lambda seed, n: sample_chunks(ctx.compute, placement, exp, rng_streams(seed)["search"], n),
         fits_memory=lambda in_flight: not memory_summary(
             sc, ctx.topo, ctx.catalog, in_flight, ctx.msg_mb, ends=(phys[0], phys[-1]),

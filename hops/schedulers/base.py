@@ -58,6 +58,11 @@ class PipelineMeta:
     # expected times, draws here (hetero_search). None where nobody can draw (a hand-made meta).
     seed: int = 0
     draw_times: Optional[Callable[[int, int], list]] = field(default=None, compare=False, repr=False)
+    # Per virtual stage, what a microbatch between its B and its W holds in units of what it held
+    # before its B (hops.model.memory.pending_w_weights: more than 1 under full recomputation,
+    # where the deferred W keeps every weight GEMM's operands); None: 1 everywhere. The engine
+    # weighs its memory peak by it, and a scheduler that plans under a memory limit must too.
+    pending_weight: Optional[Sequence[float]] = None
 
 
 class SchedulerState:
