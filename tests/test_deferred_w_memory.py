@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import hops
+from hops.errors import ScenarioError
 from hops.model.architecture import Architecture
 from hops.model.hardware import Catalog
 from tests.test_tensor_data_parallel import groups_doc
@@ -174,3 +175,34 @@ def test_a_model_without_an_lm_head_keeps_no_logits_gradient():
     got = res.summary["peak_memory_mb"]["n2g0"] - base["n2g0"]
     assert got == pytest.approx(LAYERS * 2 * S * gemm_operands_per_token(1, False) / 1e6, rel=1e-12)
 
+
+# ----------------------------------------------------------------------------- ZB-1p's memory limit
+def activation_levels(d):
+    """Per GPU, the activation memory at the peak in units of one microbatch's stash."""
+    res = hops.simulate(d)
+    base = without_activations(d)
+    stash_mb = LAYERS * 2 * S * H / 1e6  # without sequence parallelism every GPU of a group holds it whole
+    return {g: (res.summary["peak_memory_mb"][g] - base[g]) / stash_mb for g in base}
+
+
+def test_zb_1p_under_full_recomputation_stays_within_1f1b_s_activation_memory():
+    """At TP 8 a waiting W weighs 5.5 stashes (7 with the LM head): ZB-1p fits under 1F1B's p = 8
+    only by running few microbatches past their B at a time, which its limit now makes it do."""
+    d = groups_doc(8, stages=8, hidden=H, heads=16, seq=S, layers_per_stage=LAYERS, microbatches=16)
+    d["pipeline"]["stack_options"] = {"recompute": "full"}
+    one = activation_levels({**d, "pipeline": {**d["pipeline"], "schedule": "1f1b"}})
+    assert max(one.values()) == pytest.approx(8)
+    zb = activation_levels({**d, "pipeline": {**d["pipeline"], "schedule": "zb_1p"}})
+    assert max(zb.values()) <= max(one.values()) + 1e-9
+
+
+def test_zb_auto_keeps_its_stated_limit_counting_a_waiting_w_by_what_it_holds():
+    d = doc("zb_auto", 1)
+    d["pipeline"]["scheduler_options"] = {"memory_limit": 30}
+    assert max(activation_levels(d).values()) <= 30 + 1e-9
+
+
+def test_zb_1p_refuses_a_pipeline_where_one_waiting_w_outweighs_1f1b_s_memory():
+    """At TP 1 one microbatch between its B and its W holds 16 stashes, more than p = 3."""
+    with pytest.raises(ScenarioError, match="pipeline.schedule: zb_1p keeps at most 3"):
+        hops.simulate(doc("zb_1p", 1))
