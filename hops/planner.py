@@ -555,7 +555,9 @@ def plan(devices: Sequence[Device], model: ModelSpec, **kwargs) -> PlanResult:
 # - the stages' order along the pipeline is any distinct sequence of the pools' stages when
 #   there are at most `max_orders` of them, else the pools in blocks (every block order);
 # - layers are split contiguously, at least one per stage, within each GPU's memory at the
-#   1F1B / ZB-H1 activation level (stage k holds min(p - k, m) microbatches);
+#   1F1B / ZB-H1 activation level (stage k holds min(p - k, m) microbatches); under full
+#   recomputation a schedule that splits the backward is sized at its own order's level instead,
+#   where a microbatch waiting for its W weighs its deferred operands (Planner3D.held);
 # - the microbatches per replica are global_batch / (dp x micro_batch_size).
 # A plan's estimate is (m - 1) max_k t_k + sum_k t_k + sum of the neighbours' transfers
 # (forward and back) + max_k e_k, t_k = F + BW of stage k per microbatch, e_k its exposed
@@ -599,6 +601,7 @@ class Plan3D:
     simulated_ms: float | None = None  # iteration time in the simulator
     over_capacity: list[str] = field(default_factory=list)
     micro_batch_size: int = 1
+    schedules: tuple = ()  # the schedules asked for whose memory level its split was sized at (empty: 1F1B's)
 
     @property
     def gpus(self) -> dict[str, int]:
@@ -711,7 +714,20 @@ class _GroupTable:
                                      + _optimizer_ms(sc, cm, self.planner.catalog, ends)[0])
         return hit
 
-    def memory(self, n: int, pos: str, dp: int, in_flight: int) -> float:
+    def pending_weight(self, n: int, pos: str) -> float:
+        """What a microbatch waiting for its W weighs at n layers in this position, the LM head's
+        operands included on the last stage (hops.model.memory.stage_pending_w_weight)."""
+        from hops.model.memory import stage_pending_w_weight
+
+        key = ("w", n, pos)
+        hit = self._rows.get(key)
+        if hit is None:
+            _, _, sc, _, _ = self.row(n, pos)
+            hit = self._rows[key] = stage_pending_w_weight(sc, self.planner.catalog, sc.stages[0],
+                                                           head=pos in ("last", "only"))
+        return hit
+
+    def memory(self, n: int, pos: str, dp: int, in_flight: float) -> float:
         """Peak MB on each GPU of the group (hops.model.memory.memory_summary on the one-stage scenario)."""
         import dataclasses
 
@@ -749,9 +765,12 @@ class Planner3D:
         probe = self.base_doc()
         probe["pipeline"]["stages"] = [{"device": "p", "layers": self.model["layers"]}]
         probe["hardware"]["devices"] = [{"id": "p", "gpu": self.pools[0].gpu, "node": "n"}]
-        self.arch = load_scenario(probe, self.catalog).architecture
+        sc = load_scenario(probe, self.catalog)
+        self.arch = sc.architecture
+        self.recompute_full = self.catalog.stack(sc)["recompute"] == "full"
         self.nbytes = self.catalog.model["bytes_per_element"]["bf16"]
         self._tables: dict = {}
+        self._levels: dict = {}
         self._topology = None
 
     # ------------------------------------------------------------------ inputs
@@ -868,10 +887,74 @@ class Planner3D:
             total += topo.link(a[0], b[0]).transfer_ms(msg) + topo.link(b[0], a[0]).transfer_ms(msg)
         return total
 
+    # ------------------------------------------------------------------ memory levels
+    def memory_key(self, schedule: str) -> str | None:
+        """What a split for `schedule` is sized at: None, the plain level (held()), or the schedule
+        itself where its deferred W's weigh more: under full recomputation, for a schedule that
+        splits the backward. One whose split is decided at configure time (hetero_search), or
+        that is unknown (the simulation refuses it), keeps the plain level."""
+        if not self.recompute_full:
+            return None
+        from hops.schedulers import resolve_scheduler
+
+        try:
+            cls = resolve_scheduler(schedule)
+        except KeyError:
+            return None
+        return schedule if cls.split_backward is True else None
+
+    def states(self, key: str, p: int, m: int) -> list | None:
+        """Per stage, (the (held, pending) counts at the peaks of the schedule's order, the most a
+        pending microbatch may weigh): read from a static order (ZB-H1's stage k holds p, k + 1 of
+        them past their B), or, for zb_1p / zb_2p / zb_auto, their memory limit, which they keep
+        under the run's weights or refuse. None where the order is known only at run time. Only
+        the counts no other count dominates are kept: a pending microbatch weighs at least 1."""
+        from hops.schedulers import StaticOrderScheduler, resolve_scheduler
+        from hops.schedulers.zb_auto import ZBAuto
+
+        if (key, p, m) not in self._levels:
+            cls = resolve_scheduler(key)
+            if issubclass(cls, ZBAuto):
+                limit = cls().memory_limit(p)
+                hit = [([(limit, 0)], limit)] * p
+            elif issubclass(cls, StaticOrderScheduler):
+                hit = []
+                for s in range(p):
+                    held = pending = 0
+                    seen = set()
+                    for phase, _ in cls().stage_order(s, p, m):
+                        held += (phase == "F") - (phase in ("W", "BW"))
+                        pending += (phase == "B") - (phase == "W")
+                        seen.add((held, pending))
+                    top = [a for a in seen if not any(b != a and b[0] >= a[0] and b[1] >= a[1] for b in seen)]
+                    hit.append((sorted(top), math.inf))
+            else:
+                hit = None
+            self._levels[(key, p, m)] = hit
+        return self._levels[(key, p, m)]
+
+    def held(self, key: str | None, tab: "_GroupTable", n: int, pos: str, i: int, p: int, m: int) -> float:
+        """Microbatch activations stage i of p holds at its peak, n layers in this position.
+
+        At the plain level, 1F1B's min(p - i, m) (the level the search space states). Under full
+        recomputation a split-backward schedule's deferred W's keep ~16 times a microbatch's
+        stash and the LM head's logits gradient on the last stage, so sizing such a schedule at
+        1F1B's count let the search keep splits its own simulation puts over capacity and spend
+        the verified places on them; its order's peak is taken instead, each microbatch between
+        its B and its W weighing what W keeps (the engine's peak_held), inf where it refuses."""
+        states = None if key is None else self.states(key, p, m)
+        if states is None:
+            return min(p - i, m)
+        top, most = states[i]
+        w = tab.pending_weight(n, pos)
+        if w > most + 1e-9:
+            return math.inf
+        return max(c + (w - 1.0) * k for c, k in top)
+
     # ------------------------------------------------------------------ the split
-    def split(self, stages, dp: int, m: int):
+    def split(self, stages, dp: int, m: int, key: str | None = None):
         """(layers, estimate ms, memory per GPU, capacity) of the best split for this stage
-        sequence, or None when the model does not fit."""
+        sequence, or None when the model does not fit. ``key``: the memory level (memory_key)."""
         import numpy as np
 
         p, total = len(stages), self.arch.layers
@@ -882,9 +965,8 @@ class Planner3D:
         t = np.full((p, total + 1), np.inf)
         e = np.full((p, total + 1), np.inf)
         for i, (tab, ps) in enumerate(zip(tabs, pos)):
-            held = min(p - i, m)
             for n in range(1, total - (p - 1) + 1):
-                if tab.memory(n, ps, dp, held) > tab.capacity:
+                if tab.memory(n, ps, dp, self.held(key, tab, n, ps, i, p, m)) > tab.capacity:
                     break
                 t[i, n], e[i, n] = tab.time(n, ps), tab.end_cost(n, ps, dp)
         if not np.isfinite(t[:, 1]).all():
@@ -916,7 +998,8 @@ class Planner3D:
         if best is None:
             return None
         split, est = best
-        mem = [tab.memory(n, ps, dp, min(p - i, m)) for i, (tab, ps, n) in enumerate(zip(tabs, pos, split))]
+        mem = [tab.memory(n, ps, dp, self.held(key, tab, n, ps, i, p, m))
+               for i, (tab, ps, n) in enumerate(zip(tabs, pos, split))]
         return split, est + self.transfers_ms(stages), mem, [tab.capacity for tab in tabs]
 
     @staticmethod
@@ -977,9 +1060,9 @@ class Planner3D:
                 for seq in seqs:
                     yield d, tuple(seq)
 
-    def candidate(self, d: int, seq) -> Plan3D | None:
+    def candidate(self, d: int, seq, key: str | None = None) -> Plan3D | None:
         m = self.global_batch // (self.micro_batch_size * d)
-        r = self.split(seq, d, m)
+        r = self.split(seq, d, m, key)
         if r is None:
             return None
         layers, est, mem, cap = r
@@ -1027,12 +1110,25 @@ class Planner3D:
              verify: bool = True) -> Plan3DResult:
         from hops.errors import HopsError
 
-        cands, n = [], 0
+        # each schedule's split is sized at its own memory level; schedules that share one share
+        # the search, and a split found at several levels is simulated under all their schedules
+        groups: dict = {}
+        for s in schedules:
+            groups.setdefault(self.memory_key(s), []).append(s)
+        found, n = {}, 0
         for d, seq in self.configurations(dp):
             n += 1
-            c = self.candidate(d, seq)
-            if c is not None:
-                cands.append(c)
+            for key, names in groups.items():
+                c = self.candidate(d, seq, key)
+                if c is None:
+                    continue
+                same = found.get((d, seq, tuple(c.layers)))
+                if same is None:
+                    c.schedules = tuple(names)
+                    found[(d, seq, tuple(c.layers))] = c
+                else:
+                    same.schedules = tuple(x for x in schedules if x in same.schedules or x in names)
+        cands = list(found.values())
         if not cands:
             raise HopsError("no plan fits the model in the inventory's memory (every pool, TP degree and DP "
                             "degree tried)")
@@ -1048,7 +1144,7 @@ class Planner3D:
             return Plan3DResult(top[0], top, uniform, single, n)
 
         def best_run(plan):
-            runs = [self.simulate(plan, s) for s in schedules]
+            runs = [self.simulate(plan, s) for s in plan.schedules or schedules]
             fits = [r for r in runs if not r.over_capacity] or runs
             return max(fits, key=lambda r: r.samples_per_s)
 
@@ -1069,10 +1165,11 @@ class Planner3D:
         ts = [tab.time(n, ps) for tab, n, ps in zip(tabs, layers, pos)]
         es = [tab.end_cost(n, ps, plan.dp) for tab, n, ps in zip(tabs, layers, pos)]
         est = (plan.microbatches - 1) * max(ts) + sum(ts) + max(es) + self.transfers_ms(plan.stages)
-        mem = [tab.memory(n, ps, plan.dp, min(p - i, plan.microbatches))
+        keys = {self.memory_key(s) for s in plan.schedules} or {None}  # each stage at its most demanding
+        mem = [max(tab.memory(n, ps, plan.dp, self.held(key, tab, n, ps, i, p, plan.microbatches)) for key in keys)
                for i, (tab, n, ps) in enumerate(zip(tabs, layers, pos))]
         return Plan3D(plan.dp, plan.stages, layers, plan.microbatches, est, mem, [t.capacity for t in tabs],
-                      self.pools, plan.schedule, micro_batch_size=self.micro_batch_size)
+                      self.pools, plan.schedule, micro_batch_size=self.micro_batch_size, schedules=plan.schedules)
 
 
 def plan_3d(model: Mapping, pools: Sequence[Pool], *, schedules=("1f1b", "zb_h1"), dp: int | None = None,

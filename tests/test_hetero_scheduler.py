@@ -559,7 +559,8 @@ def test_under_full_recomputation_the_search_weighs_its_plans_memory_as_the_run_
     sched = res.scheduler
     meta = sched.meta if sched.plan.placement is None else sched.meta.layout_for(sched.plan.placement)
     assert meta.pending_weight is not None and min(meta.pending_weight) > 2
-    held = [hs.peak_held([t[-2:] for t in o], w) for o, w in zip(hs.plan_orders(sched.plan), meta.pending_weight)]
+    held = [hs.peak_held([t if len(t) == 3 else (i, *t) for t in o], meta.pending_weight)
+            for i, o in enumerate(hs.plan_orders(sched.plan))]
     assert held == res.peak_held and held != res.peak_in_flight
 
 

@@ -215,3 +215,32 @@ def test_an_expert_parallel_model_is_planned_only_over_multiples_of_its_expert_p
     with pytest.raises(ScenarioError, match=r"^training\.data_parallel: degree 1: expected a multiple of "
                                             r"model\.moe\.expert_parallel \(2\)$"):
         pl.plan(dp=1, verify=False)
+
+
+# under full recomputation four A10Gs at seq 8192: 1F1B's level lets through splits whose ZB-H1
+# run overruns a GPU (its later stages hold microbatches past their B, ~16 stashes each)
+LONG = {"layers": 12, "hidden_dim": 4096, "heads": 32, "seq_len": 8192, "vocab_size": 32000}
+A10GS = (Pool("a10g", nodes=4, gpus_per_node=1),)
+
+
+def test_under_full_recomputation_a_split_backward_schedule_is_sized_with_its_deferred_ws():
+    """Sized at ZB-H1's own order, each W waiting with its GEMMs' operands and the last stage's
+    with the LM head's logits gradient, the estimate is the simulated peak and every plan fits."""
+    pl = Planner3D(LONG, A10GS, global_batch=8, stack_options={"recompute": "full"})
+    for c in pl.plan(schedules=["zb_h1"], verify=False).candidates:
+        run = pl.simulate(c, "zb_h1")
+        assert not run.over_capacity, c.describe()
+        assert c.memory_mb == pytest.approx(run.memory_mb, rel=1e-9)
+    assert not pl.plan(schedules=["zb_h1"]).best.over_capacity
+
+
+def test_asked_for_1f1b_and_zb_h1_under_full_recomputation_each_is_searched_at_its_own_level():
+    """1F1B's splits no longer stand for ZB-H1's: the search also sizes splits for ZB-H1, so a
+    ZB-H1 plan within memory is among those simulated, and each plan runs the schedules it fits."""
+    pl = Planner3D(LONG, A10GS, global_batch=8, stack_options={"recompute": "full"})
+    r = pl.plan(schedules=["1f1b", "zb_h1"], verify_top=6)
+    assert any(c.schedule == "zb_h1" and not c.over_capacity for c in r.candidates)
+    for c in pl.plan(schedules=["1f1b", "zb_h1"], verify=False, verify_top=6).candidates:
+        assert c.schedules in (("1f1b",), ("zb_h1",), ("1f1b", "zb_h1"))
+        for s in c.schedules:
+            assert not pl.simulate(c, s).over_capacity, (s, c.describe())

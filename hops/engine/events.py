@@ -63,8 +63,9 @@ class Layout:
     tasks_per_stage: list  # tasks a stage runs per iteration (an "either" stage: -1 per fused BW)
     phys: list = None  # scenario stage of each (virtual) stage; None: the same index
     blocking_send: bool = False  # a stage waits for its p2p send to be delivered before its next task
-    # per scenario stage, what a microbatch between its B and its W weighs against one before
-    # its B (hops.model.memory.pending_w_weights); None: 1 everywhere, the plain count
+    # per (virtual) stage, what a microbatch between its B and its W weighs against one before
+    # its B (hops.model.memory.pending_w_weights: the chunk running the LM head weighs more);
+    # None: 1 everywhere, the plain count
     pending_weight: list = None
 
     @property
@@ -125,7 +126,7 @@ class Iteration:
 
     __slots__ = ("layout", "links", "record", "sched", "next_tasks", "state", "it", "off", "dev_busy",
                  "remaining", "stage_end", "heap", "seq", "phys", "held", "sdev", "dur", "rows", "shared", "peak",
-                 "weight", "pending")
+                 "weight", "pending", "chunks")
 
     def __init__(self, layout: Layout, links: Links, record: Record, sched: Scheduler, it: int, t0: float):
         p, m = layout.n_stages, layout.n_microbatches
@@ -145,9 +146,12 @@ class Iteration:
         self.held = [0] * len(record.peak_in_flight)  # chunk-microbatches whose activations a stage holds
         self.sdev, self.dur, self.rows, self.peak = layout.sdev, layout.dur, record.compute, record.peak_in_flight
         self.shared = layout.shared_devices
-        # under a pending weight, chunk-microbatches a stage holds between their B and their W
+        # under a pending weight, chunk-microbatches each (virtual) stage holds between their B and
+        # their W, and the virtual stages of each scenario stage, whose pending ones it weighs
         self.weight = layout.pending_weight
-        self.pending = None if self.weight is None else [0] * len(self.held)
+        self.pending = None if self.weight is None else [0] * p
+        self.chunks = None if self.weight is None else [[s for s in range(p) if self.phys[s] == i]
+                                                        for i in range(len(self.held))]
 
     # ------------------------------------------------------------------ starting work
     def start(self, s: int, now: float) -> None:
@@ -202,9 +206,11 @@ class Iteration:
         heappush(self.heap, (end, seq, COMPUTE_END, s, j, code))
 
     def _weigh(self, i: int) -> None:
-        """Raise stage i's weighted peak to what it holds now: a pending microbatch weighs
-        weight[i], the others 1. Recomputed from the counts, so no rounding accumulates."""
-        now = self.held[i] + (self.weight[i] - 1.0) * self.pending[i]
+        """Raise stage i's weighted peak to what it holds now: a microbatch pending on its virtual
+        stage s weighs weight[s], the others 1. Recomputed from the counts, so no rounding
+        accumulates."""
+        w, n = self.weight, self.pending
+        now = self.held[i] + sum((w[s] - 1.0) * n[s] for s in self.chunks[i])
         if now > self.record.peak_weighted[i]:
             self.record.peak_weighted[i] = now
 
@@ -257,15 +263,14 @@ class Iteration:
             if code == _B:
                 self.state.w_ready[s][j] = 1
                 if self.pending is not None:  # from now it holds what its W needs
-                    i = self.phys[s]
-                    self.pending[i] += 1
-                    self._weigh(i)
+                    self.pending[s] += 1
+                    self._weigh(self.phys[s])
             else:
                 self.state.in_flight[s] -= 1  # BW or W: the activations are released
                 i = self.phys[s]
                 self.held[i] -= 1
                 if code == _W and self.pending is not None:
-                    self.pending[i] -= 1
+                    self.pending[s] -= 1
         if sent is not None and sent > now and lay.blocking_send:
             # Megatron's schedules wait on each p2p send before the next compute: the stage's
             # device stays taken (idle, not busy) until its message is delivered

@@ -308,12 +308,11 @@ def lay_out(ctx: _Context, placement) -> Placed:
         # what hetero_search weighs placements by: the part of the iteration after the flush
         # that the placement decides (the all-reduce, then the slowest optimizer step)
         layout_for=lambda other: lay_out(ctx, list(other)).meta, flush_ms=sync_ms + max(opt_ms, default=0.0),
-        seed=ctx.seed,
+        seed=ctx.seed, pending_weight=pending_w_weights(sc, ctx.catalog, placement),
         draw_times=lambda seed, n: sample_chunks(ctx.compute, placement, exp, rng_streams(seed)["search"], n),
         fits_memory=lambda held: not memory_summary(
             sc, ctx.topo, ctx.catalog, held, ctx.msg_mb, ends=(phys[0], phys[-1]),
             virtual_stages=p // sc.n_stages)["memory_over_capacity"],
-        pending_weight=pending_w_weights(sc, ctx.catalog),
         stage_layers=[st.layers if st.compute_derived else None for st in sc.stages])
     return Placed(p, phys, stage_dev, dev_ids, sdev, stages_on_dev, links, fwd_link, bwd_link, exp, opt_ms, sync_ms,
                   meta)

@@ -171,6 +171,15 @@ class Architecture:
         split = h * (2 + 2 * self.kv_share) + self.ffn_matrices * sum(n * f for n, f in self.ffn_rows())
         return self.seq_len * (whole / (tp if sequence_parallel else 1) + split / tp)
 
+    def head_weight_gradient_operands(self, tp: int = 1, sequence_parallel: bool = False) -> float:
+        """Elements the LM head keeps per micro-batch row, on each GPU of a tensor-parallel group of
+        `tp`, for its weight-gradient pass deferred past its B: the head is one more weight GEMM, so
+        its dW = X^T dY holds its input X (h per token) and the logits' gradient dY (V per token)
+        until W runs. The head is vocabulary-parallel (column-parallel in Megatron's split), so dY
+        splits t ways and X stays whole unless sequence-parallel, as weight_gradient_operands splits
+        a column-parallel layer's. At V >> h the s x V gradient dominates, several layers' worth."""
+        return self.seq_len * (self.hidden / (tp if sequence_parallel else 1) + self.vocab / tp)
+
     def elementwise_bytes(self) -> float:
         """HBM traffic of one layer's forward outside the GEMMs' own operands (norms, activation
         function, dropout, residual adds). Assumption: each stashed tensor is written once by its

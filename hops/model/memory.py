@@ -116,22 +116,53 @@ def layer_deferred_w_bytes(sc: Scenario, catalog: Catalog, tp: int = 1) -> float
     return sc.architecture.weight_gradient_operands(tp, sp) * catalog.model["bytes_per_element"][sc.precision]
 
 
-def pending_w_weights(sc: Scenario, catalog: Catalog) -> list[float] | None:
-    """Per stage, what a microbatch whose B has run and whose W waits holds, over what it held
-    before its B (layer_deferred_w_bytes / layer_activation_bytes); None when that is 1 on
-    every stage, so the engine keeps its plain count.
+def head_deferred_w_bytes(sc: Scenario, catalog: Catalog, tp: int = 1) -> float:
+    """Bytes the LM head keeps per micro-batch row on each GPU of a tensor-parallel group of `tp`
+    while its W waits after B: its input and the logits' gradient
+    (Architecture.head_weight_gradient_operands), in the run's precision; 0 where the model
+    runs no head (the model constant lm_head, as hops.model.compute charges its time)."""
+    if not catalog.model["lm_head"]:
+        return 0.0
+    sp = bool(catalog.stack(sc)["sequence_parallel"])
+    return sc.architecture.head_weight_gradient_operands(tp, sp) * catalog.model["bytes_per_element"][sc.precision]
+
+
+def pending_w_weights(sc: Scenario, catalog: Catalog, placement=None) -> list[float] | None:
+    """Per virtual stage (``placement``: the (stage, chunk) of each, as Scheduler.placement gives
+    it; default one chunk per stage), what a microbatch whose B has run and whose W waits holds,
+    over what it held before its B (layer_deferred_w_bytes / layer_activation_bytes); None when
+    that is 1 everywhere, so the engine keeps its plain count.
 
     It differs only under full recomputation, where the stash is the layer inputs while B's
     rerun forward leaves W the GEMMs' inputs and output gradients (~16 h per token against 1 h).
     Without it the stash already holds the GEMMs' inputs, and memory keeps charging it until W
-    as before. A stage whose activation memory is stated, or that has no layers, keeps 1.
+    as before. The chunk that runs the LM head (the last virtual stage, wherever the schedule put
+    it) also holds the head's operands (head_deferred_w_bytes), its s x V logits gradient above
+    all, against the stash of the chunk's own layers (1/v of its stage's, as the engine charges a
+    chunk-microbatch). A stage whose activation memory is stated, or that has no layers, keeps 1.
     """
     if sc.architecture is None or catalog.stack(sc)["recompute"] != "full":
         return None
-    m = catalog.model
-    weights = [layer_deferred_w_bytes(sc, catalog, st.tp) / layer_activation_bytes(sc, catalog, st.tp)
-               if st.activation_memory_mb is None and stage_layers(sc, st, m) else 1.0 for st in sc.stages]
+    n = sc.n_stages
+    placement = [(i, 0) for i in range(n)] if placement is None else placement
+    last = len(placement) - 1
+    weights = [stage_pending_w_weight(sc, catalog, sc.stages[i], len(placement) // n, k == last)
+               for k, (i, _) in enumerate(placement)]
     return weights if any(w != 1.0 for w in weights) else None
+
+
+def stage_pending_w_weight(sc: Scenario, catalog: Catalog, st, chunks: int = 1, head: bool = False) -> float:
+    """pending_w_weights' figure for one of `chunks` chunks of stage `st`, the one running the LM
+    head or another (the 3D planner weighs a stage of a one-stage scenario at each position)."""
+    layers = stage_layers(sc, st, catalog.model)
+    if sc.architecture is None or catalog.stack(sc)["recompute"] != "full" or st.activation_memory_mb is not None \
+            or not layers:
+        return 1.0
+    stash = layer_activation_bytes(sc, catalog, st.tp)
+    w = layer_deferred_w_bytes(sc, catalog, st.tp) / stash
+    if head:
+        w += head_deferred_w_bytes(sc, catalog, st.tp) / (layers / chunks * stash)
+    return w
 
 
 def placed_weights_mb(sc: Scenario, catalog: Catalog, ends: tuple[int, int] | None = None) -> list[float]:

@@ -53,11 +53,6 @@ class PipelineMeta:
     # them (pending_weight below; weights, optimizer state and activations, as summary.json's
     # peak_memory_mb counts them). None: not known (a hand-made meta).
     fits_memory: Optional[Callable[[Sequence[float]], bool]] = field(default=None, compare=False, repr=False)
-    # Per scenario stage, what a microbatch between its B and its W weighs against one before its
-    # B (hops.model.memory.pending_w_weights: under full recomputation its W needs the GEMMs'
-    # operands, far more than the stash), so that a peak given to fits_memory is the one the run's
-    # memory will charge. None: 1 everywhere, the plain in-flight count.
-    pending_weight: Optional[Sequence[float]] = None
     # Per scenario stage, its layer count where its work is derived from the architecture, None
     # where its compute is given: v chunks per stage split no layer only where each such count is
     # a multiple of v (hops.scenario refuses the others). () where nobody knows (a hand-made meta).
@@ -68,6 +63,11 @@ class PipelineMeta:
     # expected times, draws here (hetero_search). None where nobody can draw (a hand-made meta).
     seed: int = 0
     draw_times: Optional[Callable[[int, int], list]] = field(default=None, compare=False, repr=False)
+    # Per virtual stage, what a microbatch between its B and its W holds in units of what it held
+    # before its B (hops.model.memory.pending_w_weights: more than 1 under full recomputation,
+    # where the deferred W keeps every weight GEMM's operands); None: 1 everywhere. The engine
+    # weighs its memory peak by it, and a scheduler that plans under a memory limit must too.
+    pending_weight: Optional[Sequence[float]] = None
 
 
 class SchedulerState:

@@ -231,29 +231,31 @@ def peak_in_flight(order: Sequence[Task]) -> int:
     return peak
 
 
-def peak_held(order: Sequence[Task], weight: float | None = None) -> float:
-    """What memory charges an order at its peak, in stashes, counted as the engine's peak_held
-    counts it (hops.engine.events): a microbatch between its B and its W weighs ``weight``, the
-    others 1; None: the plain count, peak_in_flight.
+def peak_held(order, weight: Sequence[float] | None = None) -> float:
+    """What memory charges an order of (virtual stage, phase, microbatch) at its peak, in
+    stashes, counted as the engine's peak_held counts it (hops.engine.events): a microbatch
+    between its B and its W on virtual stage s weighs ``weight[s]``, the others 1; None: the
+    plain count, peak_in_flight.
 
     Why: under full recomputation a deferred W needs its GEMMs' inputs and output gradients
     (hops.model.memory.pending_w_weights), several stashes' worth, so counting it as one stash
     would call a placement feasible that the run's peak memory overruns."""
     if weight is None:
-        return peak_in_flight(order)
-    held = pending = 0
+        return peak_in_flight([task[-2:] for task in order])
+    held = 0
+    pending: dict[int, int] = {}
     peak = 0.0
-    for phase, _ in order:
+    for s, phase, _ in order:
         if phase == "F":
             held += 1
         elif phase == "B":
-            pending += 1
+            pending[s] = pending.get(s, 0) + 1
         else:  # BW or W: the microbatch is released
             held -= 1
             if phase == "W":
-                pending -= 1
+                pending[s] -= 1
             continue
-        peak = max(peak, held + (weight - 1.0) * pending)
+        peak = max(peak, held + sum((weight[k] - 1.0) * pending[k] for k in sorted(pending)))
     return peak
 
 
@@ -657,8 +659,7 @@ def fits(meta: PipelineMeta, orders) -> bool:
     meta cannot tell)."""
     if meta.fits_memory is None:
         return True
-    weight = meta.pending_weight
-    return meta.fits_memory([peak_held([task[-2:] for task in o], None if weight is None else weight[i])
+    return meta.fits_memory([peak_held([task if len(task) == 3 else (i, *task) for task in o], meta.pending_weight)
                              for i, o in enumerate(orders)])
 
 

@@ -10,6 +10,16 @@ summary.json's peak_in_flight). In the paper's memory model (its ILP's memory in
 recalled: +M_B at F, M_W - M_B at B, -M_W at W) B already frees all but M_W, so a limit
 here is at least as tight as the paper's, and a stage reaches it sooner.
 
+Under full recomputation the inequality turns: M_B is only the layers' inputs, while a
+microbatch between its B and its W holds every weight GEMM's input and output gradient, M_W
+= w M_B with w the engine's pending weight (hops.model.memory.pending_w_weights; ~16 per layer
+at GPT's shape, more on the stage running the LM head). The limit then counts a microbatch w
+times from its B to its W, the peak the engine charges (peak_held), so ZB-1p stays within
+1F1B's memory, which never defers a W. A B now takes memory too, so a stage admits an F only
+while it could still run the next B after its W's, and runs a W when the B would pass the
+limit. Where one microbatch's B to W alone outweighs the limit on some stage (w > limit) no
+order of split backwards keeps it, and the schedule is refused rather than run over it.
+
 The heuristic, as the paper's Section 3.1 states it (in our words; written from the text, not
 from the authors' code), planned for all stages together over the expected times:
 
@@ -53,10 +63,13 @@ does not model. At F = B = W they reach ZB-H1's and ZB-H2's makespans (tests/tes
 """
 from __future__ import annotations
 
+import math
 from itertools import product
+from typing import Sequence
 
+from hops.errors import ScenarioError
 from hops.schedulers.base import PipelineMeta, StaticOrderScheduler, Task, whole_option
-from hops.schedulers.hetero_search import builtin_orders, peak_in_flight, static_policy
+from hops.schedulers.hetero_search import builtin_orders, peak_held, static_policy
 from hops.schedulers.replay import back_to_back, iterations_of, pipeline_links, repeat_orders, simulate_policy
 
 _EPS = 1e-9
@@ -64,13 +77,15 @@ LATE = ("wait", "fits", "first")  # what a stage does while the alternation's ne
 
 
 def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = False, skip_f: bool = False,
-                     late: str = "wait", blocking: bool = False) -> list[list[Task]] | None:
+                     late: str = "wait", blocking: bool = False,
+                     weight: Sequence[float] | None = None) -> list[list[Task]] | None:
     """Per-stage (phase, microbatch) orders from the Section 3.1 rules above, or None if no
     stage can start anything (a guard: not seen on any pipeline tried).
 
     ``times`` = (f, b, w, xf, xb) per stage: compute times and the message times to the next
     (xf) and previous (xb) stage. ``limit``: microbatches a stage may hold (F started, W not
-    ended). ``blocking``: a stage stays busy until its message is delivered.
+    ended), one between its B and its W counting ``weight[s]`` (None: 1; module docstring).
+    ``blocking``: a stage stays busy until its message is delivered.
 
     Stages are planned together in order of when each becomes free. A stage whose next F or B
     depends on a neighbour that has not planned it yet waits for that decision, unless even the
@@ -94,6 +109,18 @@ def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = Fal
     b_end = [[-1.0] * m for _ in range(p)]
     orders: list[list[Task]] = [[] for _ in range(p)]
 
+    def f_fits(s: int) -> bool:
+        """An F keeps stage s within the limit, and (B's taking memory too) able to run a B after its W's."""
+        held = nf[s] - nw[s]
+        if weight is None:
+            return held < limit
+        pending, extra = nb[s] - nw[s], weight[s] - 1.0
+        return held + 1 + extra * max(pending, 1 if extra > 0 else 0) <= limit + _EPS
+
+    def b_fits(s: int) -> bool:
+        """A B keeps stage s within the limit: from its end the microbatch weighs weight[s]."""
+        return weight is None or nf[s] - nw[s] + (weight[s] - 1.0) * (nb[s] - nw[s] + 1) <= limit + _EPS
+
     def ready(s: int, ph: str, j: int) -> float | None:
         """When the input of (ph, j) reaches stage s, or None if the neighbour has not planned it."""
         if ph == "F":
@@ -115,7 +142,7 @@ def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = Fal
         if nb[s] == m:
             return "W", nw[s], t
         w_free = nw[s] < nb[s]
-        full = nf[s] - nw[s] >= limit
+        full = not f_fits(s)
         if warm[s]:
             if nf[s] < m and not full:
                 r = ready(s, "F", nf[s])
@@ -126,10 +153,12 @@ def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = Fal
                 if nf[s] == 0 or fits:
                     return "F", nf[s], start
             warm[s] = False
-        can_f, can_b = nf[s] < m and not full, nb[s] < nf[s]
+        can_f, can_b = nf[s] < m and not full, nb[s] < nf[s] and b_fits(s)
         want = "F" if last[s] == "B" else "B"
         if want == "F" and nf[s] < m and full and w_free:
             return "W", nw[s], t  # the limit blocks the F: a W frees a microbatch's activations
+        if want == "B" and nb[s] < nf[s] and not can_b and w_free:
+            return "W", nw[s], t  # ... or the B, whose microbatch would weigh more from its end
         if s < p - 1 and nf[s] < m:
             ahead = nf[s] - nf[s + 1]
             if want == "B" and can_f and ahead == 0:
@@ -171,9 +200,9 @@ def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = Fal
     def fallback(s: int) -> tuple[str, int, float] | None:
         """When every stage waits on another: any task of s whose input is known, earliest first."""
         options = []
-        if nb[s] < nf[s] and (r := ready(s, "B", nb[s])) is not None:
+        if nb[s] < nf[s] and b_fits(s) and (r := ready(s, "B", nb[s])) is not None:
             options.append((max(r, free[s]), "B", nb[s]))
-        if nf[s] < m and nf[s] - nw[s] < limit and (r := ready(s, "F", nf[s])) is not None:
+        if nf[s] < m and f_fits(s) and (r := ready(s, "F", nf[s])) is not None:
             options.append((max(r, free[s]), "F", nf[s]))
         if nw[s] < nb[s]:
             options.append((free[s], "W", nw[s]))
@@ -226,7 +255,9 @@ def heuristic_orders(p: int, m: int, limit: int, times, extra_warmup: bool = Fal
 
 class ZBAuto(StaticOrderScheduler):
     """The paper's automatic schedule under a memory limit (option ``memory_limit``: microbatch
-    activations per stage, default p, 1F1B's peak).
+    activations per stage, default p, 1F1B's peak). The unit is what one microbatch holds from
+    its F to its B; between its B and its W it counts the engine's pending weight, more than 1
+    under full recomputation (module docstring), so the limit bounds the peak memory charges.
 
     The paper's integer-program refinement of the order is not implemented; the handcrafted
     ZB-H1 / ZB-H2 orders within the limit stand among the heuristic's candidates instead, so
@@ -244,7 +275,16 @@ class ZBAuto(StaticOrderScheduler):
         return self.memory_factor * p if limit is None else limit
 
     def configure(self, meta: PipelineMeta) -> None:
-        self._orders = plan(meta, self.memory_limit(meta.n_stages))
+        limit = self.memory_limit(meta.n_stages)
+        weight = meta.pending_weight
+        if weight is not None and max(weight) > limit + _EPS:
+            s = max(range(len(weight)), key=lambda k: weight[k])
+            raise ScenarioError("pipeline.schedule", f"{self.name} keeps at most {limit} microbatch activations per "
+                                f"stage, but under full recomputation one microbatch between its B and its W holds "
+                                f"{weight[s]:.1f} on stage {s} (its weight GEMMs' inputs and output gradients): no "
+                                f"split backward fits; use zb_auto with scheduler_options.memory_limit of at least "
+                                f"{math.ceil(max(weight) - _EPS)}, or a fused backward (1f1b)")
+        self._orders = plan(meta, limit)
         super().configure(meta)
 
     def stage_order(self, s: int, p: int, m: int) -> list[Task]:
@@ -276,7 +316,8 @@ def plan(meta: PipelineMeta, limit: int) -> list[list[Task]]:
     """The grid search over the heuristic's hyperparameters (the paper's two and HOPS's ``late``):
     the order that replays shortest."""
     key = (meta.n_stages, meta.n_microbatches, tuple(meta.f), tuple(meta.b), tuple(meta.w), tuple(meta.bw),
-           tuple(meta.devices), tuple(meta.transfer_ms), meta.blocking_send, iterations_of(meta), limit)
+           tuple(meta.devices), tuple(meta.transfer_ms), meta.blocking_send, iterations_of(meta), limit,
+           None if meta.pending_weight is None else tuple(meta.pending_weight))
     if key not in _PLANS:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
@@ -305,11 +346,13 @@ def _candidates(meta: PipelineMeta, limit: int):
     p, m = meta.n_stages, meta.n_microbatches
     _, _, xf, xb, _ = pipeline_links(meta)
     times = (list(meta.f), list(meta.b), list(meta.w), xf, xb)
+    weight = meta.pending_weight
     for extra_warmup, skip_f, late in product((False, True), (False, True), LATE):
-        orders = heuristic_orders(p, m, limit, times, extra_warmup, skip_f, late, meta.blocking_send)
+        orders = heuristic_orders(p, m, limit, times, extra_warmup, skip_f, late, meta.blocking_send, weight)
         if orders is not None:
             yield orders
     for name in ("zb_h1", "zb_h2") if m >= 2 * p - 1 else ("zb_h1",):  # ZB-H2's warm-up needs 2p - 1
         orders = builtin_orders(name, p, m)
-        if all(peak_in_flight(o) <= limit for o in orders):
+        if all(peak_held([(0, *t) for t in o], None if weight is None else [x]) <= limit + _EPS
+               for o, x in zip(orders, weight or [1.0] * p)):
             yield orders
