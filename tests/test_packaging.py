@@ -47,14 +47,18 @@ def wheel_env(tmp_path_factory):
                              capture_output=True, text=True, check=True).stdout.strip()
     deps = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
     (Path(purelib) / "hops-test-deps.pth").write_text("\n".join(dict.fromkeys(deps)) + "\n")
-    inst = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q",
-                           str(wheel)], capture_output=True, text=True, timeout=300)
-    assert inst.returncode == 0, inst.stderr
-    work = base / "elsewhere"  # not inside any checkout
-    work.mkdir()
     env = {k: v for k, v in os.environ.items()
            if k not in ("HYDRA_FULL_ERROR", "HOPS_AUTORESEARCH_STATE", "PYTHONPATH")}
     env["MPLBACKEND"] = "Agg"
+    # from outside the checkout and without its PYTHONPATH: where the checkout is on the path, pip
+    # takes its hops.egg-info (an editable install leaves one there) for hops already installed,
+    # exits 0 and installs nothing
+    inst = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q",
+                           str(wheel)], capture_output=True, text=True, timeout=300, cwd=base, env=env)
+    assert inst.returncode == 0, inst.stderr
+    assert (Path(purelib) / "hops" / "__init__.py").is_file(), "pip installed no hops from the wheel"
+    work = base / "elsewhere"  # not inside any checkout
+    work.mkdir()
 
     def run(*args: str, cwd: Path = work, **extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([*args], cwd=cwd, env={**env, **extra}, capture_output=True, text=True,

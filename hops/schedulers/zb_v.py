@@ -38,12 +38,12 @@ before an input lands starts whatever is ready, a W or a new microbatch, and the
 returning forward it then holds up is on the V's critical path, which at B > F is the chain of
 2p B's. Planned with messages on arrival, the device keeps its place for the input in flight
 and the replay charges the wait. At B = 1.2 F, W = 0.95 F (a model without recomputation) this
-takes the bubble below ZB-H1's. At B = 2.2 F (full recomputation) at p 8 only a fixed preference
-(PRIORITIES) does (tests/test_virtual_stages.py holds both). These candidates lose every tie to the others, so
-wherever they do not replay shorter the order is what it was (the ZB table's zero at unit
-times among them). Known gap: under post-validation the judge replays two iterations without
-the optimizer step between them, so it can pick an order that overlaps iterations less than
-another would once the step is in (+0.75 % on Llama-2-13B, 8 H800, m 16).
+takes the bubble below ZB-H1's. At B = 2.2 F (full recomputation) at p 8 only a fixed
+preference (PRIORITIES) does (tests/test_virtual_stages.py holds both). These candidates lose
+every tie to the others, so wherever they do not replay shorter the order is what it was (the
+ZB table's zero at unit times among them). Known gap: under post-validation the judge replays
+two iterations without the optimizer step between them, so it can pick an order that overlaps
+iterations less than another would once the step is in (+0.75 % on Llama-2-13B, 8 H800, m 16).
 
 Post-validation (``optimizer.post_validation: true``) removes the barrier between iterations,
 so a device starts its next iteration when its own optimizer step is done; the candidates are
@@ -121,10 +121,11 @@ def on_arrival(times):
 # pending W of the returning / first chunk. BLOCK is the building-block rule's (which also bounds
 # first-chunk activations, see the module docstring). PRIORITIES came from running all 720
 # orders of the six kinds, unbounded, at unit chunk times over p 4-16, m 2p-4p and F : B : W
-# from 1 : 1 : 1 to 1 : 2.2 : 0.86, under the flush: each is the one that shortened most over the
-# rules above (at 1 : 2.2 : 0.86, p 8, m 32 the second takes the V's idle from 34.8 to 25.4 chunk
-# units, under ZB-H1's 32.8; at 1 : 1.2 : 0.95, p 8 the first from 9.9 to 8.4). Which order suits
-# which times has no rule we know of, so they are candidates judged like the others.
+# from 1 : 1 : 1 to 1 : 2.2 : 0.86, under the flush, and keeping greedily the order that shortened
+# the sum of those cases most over the rules above, then the one that did most on top of it (at
+# 1 : 2.2 : 0.86, p 8, m 32 the second takes the V's idle from 34.8 to 25.4 chunk units, under
+# ZB-H1's 32.8; at 1 : 1.2 : 0.95, p 8 the first from 9.9 to 8.4). Which order suits which times
+# has no rule we know of, so they are candidates judged like the others.
 BLOCK = ("F1", "B1", "B0", "F0", "W1", "W0")
 PRIORITIES = (("F1", "B1", "B0", "W0", "F0", "W1"), ("F1", "W1", "B0", "F0", "B1", "W0"))
 
