@@ -902,19 +902,19 @@ class Planner3D:
         return schedule if cls.split_backward is True else None
 
     def states(self, key: str, p: int, m: int) -> list | None:
-        """Per stage, (the (held, pending) counts at the peaks of the schedule's order, the most a
-        pending microbatch may weigh): read from a static order (ZB-H1's stage k holds p, k + 1 of
-        them past their B), or, for zb_1p / zb_2p / zb_auto, their memory limit, which they keep
-        under the run's weights or refuse. None where the order is known only at run time. Only
-        the counts no other count dominates are kept: a pending microbatch weighs at least 1."""
+        """Per stage, (the (held, pending) counts at the peaks of the schedule's order, the most it
+        may hold): read from a static order (ZB-H1's stage k holds p, k + 1 of them past their
+        B), or, for zb_1p / zb_2p / zb_auto, their memory limit, which they keep under the run's
+        weights or refuse, and which fewer microbatches than the limit, all waiting for their W,
+        may not reach. None where the order is known only at run time. Only the counts no other
+        count dominates are kept: a pending microbatch weighs at least 1."""
         from hops.schedulers import StaticOrderScheduler, resolve_scheduler
         from hops.schedulers.zb_auto import ZBAuto
 
         if (key, p, m) not in self._levels:
             cls = resolve_scheduler(key)
             if issubclass(cls, ZBAuto):
-                limit = cls().memory_limit(p)
-                hit = [([(limit, 0)], limit)] * p
+                hit = [([(m, m)], cls().memory_limit(p))] * p
             elif issubclass(cls, StaticOrderScheduler):
                 hit = []
                 for s in range(p):
@@ -949,7 +949,7 @@ class Planner3D:
         w = tab.pending_weight(n, pos)
         if w > most + 1e-9:
             return math.inf
-        return max(c + (w - 1.0) * k for c, k in top)
+        return min(most, max(c + (w - 1.0) * k for c, k in top))
 
     # ------------------------------------------------------------------ the split
     def split(self, stages, dp: int, m: int, key: str | None = None):

@@ -246,11 +246,12 @@ def test_asked_for_1f1b_and_zb_h1_under_full_recomputation_each_is_searched_at_i
             assert not pl.simulate(c, s).over_capacity, (s, c.describe())
 
 
-@pytest.mark.parametrize("schedule,m", [("1f1b", 8), ("zb_h1", 3), ("zb_h1", 8), ("zb_h2", 8), ("zb_1p", 8)])
+@pytest.mark.parametrize("schedule,m", [("1f1b", 8), ("zb_h1", 3), ("zb_h1", 8), ("zb_h2", 8), ("zb_1p", 3),
+                                        ("zb_1p", 8)])
 def test_the_planner_sizes_each_stage_of_a_split_at_the_peak_the_run_will_hold(schedule, m):
     """Without full recomputation a microbatch waiting for its W keeps its stash: ZB-H1 holds
-    min(p, m) on every stage, ZB-H2 2p - 1, zb_1p its limit p, 1F1B min(p - k, m); the engine's
-    per-stage peak is what the split is sized at."""
+    min(p, m) on every stage, ZB-H2 2p - 1, zb_1p its limit p or the m there are, 1F1B
+    min(p - k, m); the engine's per-stage peak is what the split is sized at."""
     pl = Planner3D(TINY, (Pool("a10g", nodes=4, gpus_per_node=1),), global_batch=m)
     plan = pl.plan(schedules=[schedule], dp=1, verify=False).best
     assert len(plan.stages) == 4
