@@ -555,9 +555,10 @@ def plan(devices: Sequence[Device], model: ModelSpec, **kwargs) -> PlanResult:
 # - the stages' order along the pipeline is any distinct sequence of the pools' stages when
 #   there are at most `max_orders` of them, else the pools in blocks (every block order);
 # - layers are split contiguously, at least one per stage, within each GPU's memory at the
-#   1F1B / ZB-H1 activation level (stage k holds min(p - k, m) microbatches); under full
-#   recomputation a schedule that splits the backward is sized at its own order's level instead,
-#   where a microbatch waiting for its W weighs its deferred operands (Planner3D.held);
+#   1F1B activation level (stage k holds min(p - k, m) microbatches); a schedule that splits
+#   the backward is sized at its own order's level instead (ZB-H1: p on every stage), where,
+#   under full recomputation, a microbatch waiting for its W weighs its deferred operands
+#   (Planner3D.held);
 # - the microbatches per replica are global_batch / (dp x micro_batch_size).
 # A plan's estimate is (m - 1) max_k t_k + sum_k t_k + sum of the neighbours' transfers
 # (forward and back) + max_k e_k, t_k = F + BW of stage k per microbatch, e_k its exposed
@@ -767,7 +768,6 @@ class Planner3D:
         probe["hardware"]["devices"] = [{"id": "p", "gpu": self.pools[0].gpu, "node": "n"}]
         sc = load_scenario(probe, self.catalog)
         self.arch = sc.architecture
-        self.recompute_full = self.catalog.stack(sc)["recompute"] == "full"
         self.nbytes = self.catalog.model["bytes_per_element"]["bf16"]
         self._tables: dict = {}
         self._levels: dict = {}
@@ -890,11 +890,9 @@ class Planner3D:
     # ------------------------------------------------------------------ memory levels
     def memory_key(self, schedule: str) -> str | None:
         """What a split for `schedule` is sized at: None, the plain level (held()), or the schedule
-        itself where its deferred W's weigh more: under full recomputation, for a schedule that
-        splits the backward. One whose split is decided at configure time (hetero_search), or
-        that is unknown (the simulation refuses it), keeps the plain level."""
-        if not self.recompute_full:
-            return None
+        itself where it splits the backward, since its microbatches wait for their W past 1F1B's
+        count. One whose split is decided at configure time (hetero_search), or that is unknown
+        (the simulation refuses it), keeps the plain level."""
         from hops.schedulers import resolve_scheduler
 
         try:
@@ -904,19 +902,19 @@ class Planner3D:
         return schedule if cls.split_backward is True else None
 
     def states(self, key: str, p: int, m: int) -> list | None:
-        """Per stage, (the (held, pending) counts at the peaks of the schedule's order, the most a
-        pending microbatch may weigh): read from a static order (ZB-H1's stage k holds p, k + 1 of
-        them past their B), or, for zb_1p / zb_2p / zb_auto, their memory limit, which they keep
-        under the run's weights or refuse. None where the order is known only at run time. Only
-        the counts no other count dominates are kept: a pending microbatch weighs at least 1."""
+        """Per stage, (the (held, pending) counts at the peaks of the schedule's order, the most it
+        may hold): read from a static order (ZB-H1's stage k holds p, k + 1 of them past their
+        B), or, for zb_1p / zb_2p / zb_auto, their memory limit, which they keep under the run's
+        weights or refuse, and which fewer microbatches than the limit, all waiting for their W,
+        may not reach. None where the order is known only at run time. Only the counts no other
+        count dominates are kept: a pending microbatch weighs at least 1."""
         from hops.schedulers import StaticOrderScheduler, resolve_scheduler
         from hops.schedulers.zb_auto import ZBAuto
 
         if (key, p, m) not in self._levels:
             cls = resolve_scheduler(key)
             if issubclass(cls, ZBAuto):
-                limit = cls().memory_limit(p)
-                hit = [([(limit, 0)], limit)] * p
+                hit = [([(m, m)], cls().memory_limit(p))] * p
             elif issubclass(cls, StaticOrderScheduler):
                 hit = []
                 for s in range(p):
@@ -936,12 +934,14 @@ class Planner3D:
     def held(self, key: str | None, tab: "_GroupTable", n: int, pos: str, i: int, p: int, m: int) -> float:
         """Microbatch activations stage i of p holds at its peak, n layers in this position.
 
-        At the plain level, 1F1B's min(p - i, m) (the level the search space states). Under full
-        recomputation a split-backward schedule's deferred W's keep ~16 times a microbatch's
-        stash and the LM head's logits gradient on the last stage, so sizing such a schedule at
-        1F1B's count let the search keep splits its own simulation puts over capacity and spend
-        the verified places on them; its order's peak is taken instead, each microbatch between
-        its B and its W weighing what W keeps (the engine's peak_held), inf where it refuses."""
+        At the plain level, 1F1B's min(p - i, m) (the level the search space states). A
+        split-backward schedule holds more on its later stages (ZB-H1 p on every one, zb_1p /
+        zb_2p / zb_auto up to their limit), and under full recomputation its deferred W's keep
+        ~16 times a microbatch's stash and the LM head's logits gradient on the last stage, so
+        sizing it at 1F1B's count let the search keep splits its own simulation puts over
+        capacity and spend the verified places on them; its order's peak is taken instead, each
+        microbatch between its B and its W weighing what W keeps (the engine's peak_held: its
+        stash alone without full recomputation), inf where it refuses."""
         states = None if key is None else self.states(key, p, m)
         if states is None:
             return min(p - i, m)
@@ -949,7 +949,7 @@ class Planner3D:
         w = tab.pending_weight(n, pos)
         if w > most + 1e-9:
             return math.inf
-        return max(c + (w - 1.0) * k for c, k in top)
+        return min(most, max(c + (w - 1.0) * k for c, k in top))
 
     # ------------------------------------------------------------------ the split
     def split(self, stages, dp: int, m: int, key: str | None = None):
