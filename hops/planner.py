@@ -11,8 +11,9 @@ Model of a candidate (same equations as the simulator, so the ranking agrees wit
   tiny scenarios (cached), so embedding, LM head, dispatch floor and launch overhead count;
 - memory per stage = weights (12 h^2 bytes per layer, plus the h x V embedding on the
   first stage and the LM head's copy of it on the last) x (1 + optimizer bytes per weight byte)
-  + in-flight activations (p - s microbatches on stage s, the 1F1B / ZB-H1 level, each
-  layers x s x h x micro-batch x activation bytes), the accounting hops.api reports;
+  + in-flight activations (the planned schedule's own peak on stage s, from a run of it at
+  unit times, Planner.in_flight_levels: 1F1B's p - s, ZB-H1's p; each layers x s x h x
+  micro-batch x activation bytes), the accounting hops.api reports;
 - iteration estimate = max_k [ sum_{j<k} (F_j + x_j) + m (F_k + BW_k) + sum_{j<k} (BW_j + x_j) ]:
   the forward path fills stage k, k runs all m microbatches, the gradients drain back (the
   fused form of the study's lower bound), or m transfers if a link is the bottleneck.
@@ -556,7 +557,8 @@ def plan(devices: Sequence[Device], model: ModelSpec, **kwargs) -> PlanResult:
 #   there are at most `max_orders` of them, else the pools in blocks (every block order);
 # - layers are split contiguously, at least one per stage, within each GPU's memory at the
 #   1F1B activation level (stage k holds min(p - k, m) microbatches); a schedule that splits
-#   the backward is sized at its own order's level instead (ZB-H1: p on every stage), where,
+#   the backward, or GPipe, is sized at its own order's level instead (ZB-H1: p on every stage,
+#   GPipe: m), where,
 #   under full recomputation, a microbatch waiting for its W weighs its deferred operands
 #   (Planner3D.held);
 # - the microbatches per replica are global_batch / (dp x micro_batch_size).
@@ -890,16 +892,18 @@ class Planner3D:
     # ------------------------------------------------------------------ memory levels
     def memory_key(self, schedule: str) -> str | None:
         """What a split for `schedule` is sized at: None, the plain level (held()), or the schedule
-        itself where it splits the backward, since its microbatches wait for their W past 1F1B's
-        count. One whose split is decided at configure time (hetero_search), or that is unknown
-        (the simulation refuses it), keeps the plain level."""
+        itself where its order holds more than 1F1B's count: where it splits the backward, since
+        its microbatches wait for their W, and GPipe, whose stages all hold every microbatch. One
+        whose split is decided at configure time (hetero_search), or that is unknown (the
+        simulation refuses it), keeps the plain level."""
         from hops.schedulers import resolve_scheduler
+        from hops.schedulers.classic import GPipe
 
         try:
             cls = resolve_scheduler(schedule)
         except KeyError:
             return None
-        return schedule if cls.split_backward is True else None
+        return schedule if cls.split_backward is True or issubclass(cls, GPipe) else None
 
     def states(self, key: str, p: int, m: int) -> list | None:
         """Per stage, (the (held, pending) counts at the peaks of the schedule's order, the most it

@@ -246,12 +246,12 @@ def test_asked_for_1f1b_and_zb_h1_under_full_recomputation_each_is_searched_at_i
             assert not pl.simulate(c, s).over_capacity, (s, c.describe())
 
 
-@pytest.mark.parametrize("schedule,m", [("1f1b", 8), ("zb_h1", 3), ("zb_h1", 8), ("zb_h2", 8), ("zb_1p", 3),
-                                        ("zb_1p", 8)])
+@pytest.mark.parametrize("schedule,m", [("1f1b", 8), ("gpipe", 8), ("zb_h1", 3), ("zb_h1", 8), ("zb_h2", 8),
+                                        ("zb_1p", 3), ("zb_1p", 8)])
 def test_the_planner_sizes_each_stage_of_a_split_at_the_peak_the_run_will_hold(schedule, m):
     """Without full recomputation a microbatch waiting for its W keeps its stash: ZB-H1 holds
     min(p, m) on every stage, ZB-H2 2p - 1, zb_1p its limit p or the m there are, 1F1B
-    min(p - k, m); the engine's per-stage peak is what the split is sized at."""
+    min(p - k, m), GPipe all m; the engine's per-stage peak is what the split is sized at."""
     pl = Planner3D(TINY, (Pool("a10g", nodes=4, gpus_per_node=1),), global_batch=m)
     plan = pl.plan(schedules=[schedule], dp=1, verify=False).best
     assert len(plan.stages) == 4
@@ -262,10 +262,11 @@ def test_the_planner_sizes_each_stage_of_a_split_at_the_peak_the_run_will_hold(s
     assert held == run["peak_in_flight"]
 
 
-def test_schedules_that_do_not_split_the_backward_or_split_it_at_configure_time_keep_1f1bs_level():
+def test_only_schedules_that_hold_more_than_1f1b_leave_its_level():
     pl = Planner3D(TINY, POOLS, global_batch=8)
-    assert [pl.memory_key(s) for s in ("1f1b", "gpipe", "interleaved_1f1b", "hetero_search")] == [None] * 4
-    assert [pl.memory_key(s) for s in ("zb_h1", "zb_h2", "zb_1p", "zb_auto")] == ["zb_h1", "zb_h2", "zb_1p", "zb_auto"]
+    assert [pl.memory_key(s) for s in ("1f1b", "interleaved_1f1b", "hetero_search")] == [None] * 3
+    assert [pl.memory_key(s) for s in ("gpipe", "zb_h1", "zb_h2", "zb_1p", "zb_auto")] == [
+        "gpipe", "zb_h1", "zb_h2", "zb_1p", "zb_auto"]
 
 
 # eight A10Gs, a model that barely fits: at 1F1B's level DP 2 x PP 4 [7,8,8,7] looks best for
