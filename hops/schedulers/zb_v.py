@@ -131,17 +131,17 @@ PRIORITIES = (("F1", "B1", "B0", "W0", "F0", "W1"), ("F1", "W1", "B0", "F0", "B1
 
 
 def rule_plans(its: int, times_set) -> list:
-    """(iterations planned over, (times, list_schedule rule)) of every candidate at each of
-    ``times_set``: both tie-breaks and both W policies, then the building-block rule, then the
-    fixed preferences (PRIORITIES); under
-    post-validation each also planned over one iteration, as the barrier plans it, so the pick
-    never replays longer than the barrier's would."""
+    """(iterations planned over, rank, (times, list_schedule rule)) of every candidate at each of
+    ``times_set``: both tie-breaks and both W policies (rank 0), then the building-block rule
+    (1), then the fixed preferences (PRIORITIES, 2); a later rank loses ties. Under
+    post-validation each is also planned over one iteration, as the barrier plans it, so the
+    pick never replays longer than the barrier's would."""
     rules = [(times, dict(b_first=b_first, w_first=w_first))
              for times in times_set for w_first in (False, True) for b_first in (1, 0)]
     blocks = [(times, dict(block=True)) for times in times_set]
     fixed = [(times, dict(priority=order)) for times in times_set for order in PRIORITIES]
     over = (its, 1) if its > 1 else (its,)
-    return [(n, rule) for group in (rules, blocks, fixed) for n in over for rule in group]
+    return [(n, rank, rule) for rank, group in enumerate((rules, blocks, fixed)) for n in over for rule in group]
 
 
 def stage_orders(chunk_orders) -> list[list[tuple[int, str, int]]]:
@@ -350,12 +350,11 @@ class ZBV(DeviceOrderScheduler):
             tiers.append(rule_plans(its, (on_arrival(expected),)))
         candidates = []
         for tier, plans in enumerate(tiers):
-            for over, (times, rule) in plans:
+            for over, rank, (times, rule) in plans:
                 r = list_schedule(p, m, times, cap=cap, iterations=over, **rule)
                 if r is not None:
                     replay = replay_device_orders(meta_e, repeat_orders(stage_orders(r[2]), m, its), device_of)
-                    late = 1 if "block" in rule else 2 if "priority" in rule else 0  # later rules lose ties
-                    candidates.append((replay, tier, late, max(r[1]), len(candidates), r[2]))
+                    candidates.append((replay, tier, rank, max(r[1]), len(candidates), r[2]))
         self._orders = min(candidates)[-1]
         super().configure(meta)
 
