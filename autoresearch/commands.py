@@ -128,7 +128,7 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("crossval", help="refit the fitted constants without each group of train fixtures and "
                                         "score the group (what to expect on a setup the fit never saw)")
-    p.add_argument("--by", required=True, metavar="{device,depth,shape}", help="how to group the train fixtures")
+    p.add_argument("--by", required=True, metavar="{device,gpu,depth,shape}", help="how to group the train fixtures")
     p.add_argument("--space", default="sum_model", help="space of search_space.yaml to refit (default sum_model)")
     p.add_argument("--json", metavar="PATH", help="also write the tables as JSON (README's come from docs/crossval/)")
     p.add_argument("--fit-seeds", type=int, default=1, metavar="N",

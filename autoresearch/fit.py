@@ -26,6 +26,7 @@ direction.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,7 +57,16 @@ class StagePhases:
     id: str
     scenario: Scenario
     gpus: tuple[str, ...]  # preset GPU of each stage
-    measured: np.ndarray  # shape (stages, 2): F, BW
+    measured: np.ndarray  # shape (stages, 2): F, BW; a NaN row is a stage the fit does not see
+
+    def without_gpu(self, gpu: str) -> "StagePhases":
+        """The same fixture with its stages on `gpu` hidden from the fit (NaN rows): its other
+        stages still inform the constants, and nothing measured on that GPU does."""
+        hide = np.array([g == gpu for g in self.gpus])
+        return dataclasses.replace(self, measured=np.where(hide[:, None], np.nan, self.measured))
+
+    def seen_gpus(self) -> set[str]:
+        return {g for g, row in zip(self.gpus, self.measured) if np.isfinite(row).all()}
 
 
 @dataclass
@@ -113,14 +123,14 @@ def relative_residuals(data: list[StagePhases], overrides: dict[str, float] | No
 
 
 def unseen_fallbacks(data: list[StagePhases], params: list[Param]) -> dict[str, float]:
-    """Per-GPU constants of GPUs no stage of `data` runs on, and what a GPU without them gets.
+    """Per-GPU constants of GPUs no seen stage of `data` runs on, and what a GPU without them gets.
 
     Such a constant has no residual, so a fit cannot move it. A stack gives a GPU without its own
     dispatch floors its `default` forward floor, for the backward too, and without its own launch
     cost its `default` launch (hops/model/hardware.py per_gpu); that is what a GPU the fit never
     saw runs with. Per-GPU paths read ``stacks.<stack>.<key>.<gpu>``.
     """
-    seen = {g for d in data for g in d.gpus}
+    seen = set().union(*(d.seen_gpus() for d in data))
     stacks = Catalog.load().stacks
     out = {}
     for p in params:
@@ -149,7 +159,8 @@ def fit(data: list[StagePhases], params: list[Param], *, starts: int = DEFAULT_S
     paths = [p.path for p in free]
 
     def residuals(x):
-        return relative_residuals(data, {**unseen, **dict(zip(paths, map(float, x)))}).ravel()
+        r = relative_residuals(data, {**unseen, **dict(zip(paths, map(float, x)))}).ravel()
+        return r[np.isfinite(r)]  # hidden stages (StagePhases.without_gpu) have no residual
 
     rng = np.random.default_rng(seed)
     x0s = [(lo + hi) / 2] + [lo + (hi - lo) * rng.random(len(free)) for _ in range(max(starts, 1) - 1)]

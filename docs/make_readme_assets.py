@@ -43,7 +43,7 @@ IMAGE = REPO / "docs" / "img" / "hetero_pp4_timeline.png"
 GOLDEN = REPO / "autoresearch" / "golden" / "train.json"
 CROSSVAL = REPO / "docs" / "crossval"
 CROSSVAL_FIT_SEEDS = 3  # the folds' refits are not unique: the tables give the ratio's range over these
-CROSSVAL_BY = ("device", "depth", "shape")
+CROSSVAL_BY = ("device", "gpu", "depth", "shape")
 STUDY = REPO / "experiments" / "hetero_scheduler" / "results_full.json"
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
@@ -94,12 +94,13 @@ def crossval() -> str:
         seeds = doc.get("fit_seeds", 1)
         spread = f" [range over {seeds} fit seeds]" if seeds > 1 else ""
         rows = ["| left out | fixtures | fitted on | variant | MAPE in → out | bubble MAE in → out | rho in → out "
-                f"| out / in{spread} |", "|---|---|---|---|---|---|---|---|"]
+                f"| stage F, BW error in → out | out / in{spread} |", "|---|---|---|---|---|---|---|---|---|"]
         for r in doc["rows"]:
             rho = " → ".join("n/a" if r[k] is None else f"{r[k]:.2f}" for k in ("in_rho", "out_rho"))
             flag = "" if r["target_met"] else " ✗"
             rows.append(f"| {r['group']} | {r['n']} | {r['fit_n']} | `{r['variant']}` | {r['in_mape']:.2f} → "
                         f"{r['out_mape']:.2f} % | {r['in_bubble_pp']:.2f} → {r['out_bubble_pp']:.2f} pp | {rho} | "
+                        f"{r['phase_in_pct']:.1f} → {r['phase_out_pct']:.1f} % | "
                         f"{r['ratio']:.2f}x{flag}"
                         + (f" [{r['ratio_min']:.2f}-{r['ratio_max']:.2f}]" if seeds > 1 else "") + " |")
         verdict = "met" if doc["met"] else "not met (✗)"

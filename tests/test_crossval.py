@@ -92,6 +92,37 @@ def test_crossval_fits_each_fold_without_the_fixtures_it_scores(fixtures_root, m
         assert fold.left_out_scores["spec"]["n"] == len(fold.left_out)
 
 
+def test_the_gpu_reading_hides_only_that_gpus_stages_from_each_fold(fixtures_root, monkeypatch):
+    """`--by gpu` answers "a GPU type the fit never measured, beside types it did": the fold's fit
+    keeps every fixture with a stage elsewhere, those stages included, sees no stage on the GPU,
+    and so gives that GPU's dispatch constants the stack's default; the stage error column is
+    over the hidden stages alone."""
+    ids = ["exp2_1_all_nodes_run93", "exp2_8_h100_pair_pp2_run105", "exp2_13_a10g_pair_pp2_run135"]
+    monkeypatch.setattr(cv_mod, "list_fixtures", lambda root, split: list_fixtures(root, split, ids))
+    fits = []
+    real_fit = phase_fit.fit
+
+    def spy(data, params, **kw):
+        fits.append(data)
+        return real_fit(data, params, **kw)
+
+    monkeypatch.setattr(phase_fit, "fit", spy)
+    result = cv_mod.crossval("gpu", root=fixtures_root, starts=1)
+    fold = next(f for f in result.folds if f.label == "h100")
+    data = fits[1 + [f.label for f in result.folds].index("h100")]
+    assert {d.id for d in data} == {"exp2_1_all_nodes_run93", "exp2_13_a10g_pair_pp2_run135"} == set(fold.fitted_on)
+    mixed = next(d for d in data if d.id == "exp2_1_all_nodes_run93")
+    for gpu, row in zip(mixed.gpus, mixed.measured):
+        assert np.isnan(row).all() == (gpu == "h100")
+    assert f"{STACK}.k_floor_ms.h100" in fold.fit.unseen and f"{STACK}.k_floor_ms.a10g" not in fold.fit.unseen
+    assert set(fold.left_out) == {"exp2_1_all_nodes_run93", "exp2_8_h100_pair_pp2_run105"}
+    whole = phase_fit.stage_phases(list_fixtures(fixtures_root, "train", list(fold.left_out)))
+    rel = np.abs(phase_fit.predicted(whole, Catalog.load(fold.fit.values)) / np.vstack([d.measured for d in whole]) - 1)
+    on_h100 = np.array([g == "h100" for d in whole for g in d.gpus])
+    assert fold.phase_out == pytest.approx(rel[on_h100].mean() * 100)
+    assert fold.phase_out != pytest.approx(rel.mean() * 100)
+
+
 def test_with_several_fit_seeds_each_fold_is_refit_from_each_and_reports_the_range(fixtures_root, monkeypatch):
     """A fold's constants are not identified by its few fixtures, so refits from other seeds can
     land elsewhere at the same cost: --fit-seeds N refits every fold from seeds 0..N-1, the row
@@ -144,7 +175,7 @@ def test_the_cli_prints_the_table_per_group_and_logs_a_crossval_run(fixtures_roo
 def test_a_bad_by_value_is_a_one_line_error(capsys):
     assert main(["crossval", "--by", "colour"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--by 'colour'" in err and "device, depth, shape" in err
+    assert len(err.splitlines()) == 1 and "--by 'colour'" in err and "device, gpu, depth, shape" in err
 
 
 def test_readme_tables_refuse_a_crossval_measured_on_another_model(tmp_path, monkeypatch):
