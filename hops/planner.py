@@ -889,6 +889,28 @@ class Planner3D:
             total += topo.link(a[0], b[0]).transfer_ms(msg) + topo.link(b[0], a[0]).transfer_ms(msg)
         return total
 
+    @staticmethod
+    def check_schedules(schedules: Sequence[str]) -> None:
+        """One line naming `training.schedules` for a name no scheduler has, or for a schedule
+        that runs several model chunks per stage (zb_v, interleaved_1f1b, interleaved_zb): the
+        search sizes and splits one chunk per stage, so such a plan would first fail inside the
+        simulation of its own scenario, under a field the request does not have."""
+        from hops.errors import ScenarioError
+        from hops.schedulers import resolve_scheduler
+
+        if not schedules:
+            raise ScenarioError("training.schedules", "expected at least one schedule")
+        for i, name in enumerate(schedules):
+            try:
+                cls = resolve_scheduler(name)
+            except KeyError as exc:
+                raise ScenarioError(f"training.schedules[{i}]", str(exc.args[0])) from None
+            v = getattr(cls, "default_virtual_stages", 1)
+            if v > 1:
+                raise ScenarioError(f"training.schedules[{i}]", f"{name} runs {v} model chunks per stage, and the "
+                                    f"planner plans one; plan with 1f1b or zb_h1, write the plan with --scenario "
+                                    f"and run it with pipeline.schedule={name} (each stage's layers a multiple of {v})")
+
     # ------------------------------------------------------------------ memory levels
     def memory_key(self, schedule: str) -> str | None:
         """What a split for `schedule` is sized at: None, the plain level (held()), or the schedule
@@ -1114,6 +1136,7 @@ class Planner3D:
              verify: bool = True) -> Plan3DResult:
         from hops.errors import HopsError
 
+        self.check_schedules(schedules)
         # each schedule's split is sized at its own memory level; schedules that share one share
         # the search, and a split found at several levels is simulated under all their schedules
         groups: dict = {}

@@ -182,7 +182,11 @@ def test_the_cli_prints_the_plans_and_writes_the_best_as_a_scenario(tmp_path, ca
                                             ({"global_batch": 0}, "training.global_batch"),
                                             ({"sharding": "zero9"}, "training.sharding"),
                                             ({"stack_options": {"recompute": "most"}},
-                                             "training.stack_options.recompute")])
+                                             "training.stack_options.recompute"),
+                                            ({"schedules": ["1f1b", "fifo"]}, "training.schedules[1]: unknown"),
+                                            ({"schedules": ["zb_v"]}, "training.schedules[0]: zb_v runs 2 model"),
+                                            ({"schedules": ["interleaved_zb"]}, "training.schedules[0]"),
+                                            ({"schedules": []}, "training.schedules: expected at least one")])
 def test_the_cli_refuses_a_bad_request_in_one_line(tmp_path, capsys, training, field):
     from hops.plan import main
 

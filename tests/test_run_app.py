@@ -329,6 +329,44 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, pattern):
     assert re.search(pattern, err[0]), err[0]
 
 
+@pytest.fixture
+def own_scenario():
+    """Writes conf/scenario/<name>.yaml for one test (a user's own +scenario=NAME file), then removes it."""
+    made = []
+
+    def write(name: str, text: str) -> str:
+        path = CONF_DIR / "scenario" / f"{name}.yaml"
+        assert not path.exists()
+        made.append(path)
+        path.write_text(text)
+        return str(path)
+
+    yield write
+    for path in made:
+        path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("text,error", [
+    ("simulation: { microbatches: 8\npipeline:\n  schedule: 1f1b\n", r"line 3: invalid YAML \(expected ',' or '\}'"),
+    ("simulation: { microbatchez: 8 }\n", r"simulation\.microbatchez: unknown key; expected one of .*microbatches"),
+    ("simulation: { microbatches: -1 }\n", r"simulation\.microbatches: got -1; expected a number > 0"),
+])
+def test_a_mistake_in_a_scenario_file_of_conf_names_the_file_in_one_line(tmp_path, capsys, own_scenario, text, error):
+    path = own_scenario("users_own", "# @package _global_\n" + text)
+    with pytest.raises(SystemExit) as exc:
+        run_inproc(tmp_path, "+scenario=users_own", "output.plots=false")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: "), err
+    assert re.search(error, err[0]), err[0]
+
+
+def test_a_bad_value_given_on_the_command_line_is_not_blamed_on_the_scenario_file(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_inproc(tmp_path, "+scenario=h100_pair", "simulation.microbatches=-1", "output.plots=false")
+    assert capsys.readouterr().err.strip() == "error: simulation.microbatches: got -1; expected a number > 0"
+
+
 def test_a_directory_where_an_output_goes_is_one_line_naming_it(tmp_path):
     (tmp_path / "run" / "events.csv").mkdir(parents=True)
     proc = cli("output.plots=false", f"hydra.run.dir={tmp_path / 'run'}")

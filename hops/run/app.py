@@ -19,6 +19,7 @@ plots are drawn (output.plots=true).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from functools import partial
@@ -95,7 +96,8 @@ def task(cfg) -> float:
         progress.close()
         if charts is not None:
             charts.stop()
-        src = cfg.get("scenario_file")
+        src = cfg.get("scenario_file") or _scenario_holding(getattr(exc, "path", ""), hc.runtime.choices.get("scenario"),
+                                                            list(hc.overrides.task))
         if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
             exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
         return _job_failed(str(exc), hc, run_dir, multirun, exc)
@@ -166,6 +168,36 @@ def _scenario_file(cfg) -> str | None:
     from hydra.utils import to_absolute_path
 
     return str(Path(to_absolute_path(str(cfg.scenario_file))))
+
+
+def _scenario_holding(path: str, scenario: str | None, overrides: list[str]) -> str | None:
+    """conf/scenario/<scenario>.yaml when that file writes the field at `path` and no command-line
+    override does, else None.
+
+    Why: Hydra composes a +scenario=NAME file into the config before HOPS checks it, so an
+    error in it would name the field but not the file a user has to open."""
+    from hops.schema.document import parse_yaml
+
+    if not scenario or not path:
+        return None
+    for o in overrides:
+        key = o.partition("=")[0].lstrip("+~")
+        if path == key or path.startswith((key + ".", key + "[")) or key.startswith(path + "."):
+            return None
+    file = CONF_DIR / "scenario" / f"{scenario}.yaml"
+    try:
+        node = parse_yaml(file.read_text(), str(file))
+    except (OSError, HopsError):
+        return None
+    for part in re.split(r"\.|\[(\d+)\]\.?", path):
+        if part is None or part == "":
+            continue
+        key = int(part) if part.isdigit() else part
+        if isinstance(node, dict) and key in node or isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return None
+    return str(file)
 
 
 def _size(doc: dict) -> str:
@@ -511,6 +543,12 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
         from hops.run.run_dir import cannot_write
 
         return cannot_write(exc)
+    import yaml
+
+    if isinstance(exc, yaml.YAMLError):  # a config file Hydra composes (conf/, +scenario=NAME) does not parse
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"{mark.name}: line {mark.line + 1}" if mark else "a config file"
+        return f"{where}: invalid YAML ({getattr(exc, 'problem', None) or _squash(str(exc))})"
     missing = missing_slurm_tools(exc)
     if missing:
         return (f"hydra/launcher=hops_slurm needs Slurm's {' and '.join(missing)} on PATH (not found: run the sweep "
