@@ -351,6 +351,9 @@ def _check_layers(pipe, arch, src) -> bool:
                                           f"the architecture: give pipeline.model hidden_dim, heads and seq_len", src)
         if auto[i] and st.compute is not None:
             _fail(f"{path}.layers", "auto plans the split from the architecture; remove this stage's compute", src)
+        if st.compute is None and not auto[i] and st.layers is not None and not float(st.layers).is_integer():
+            _fail(f"{path}.layers", f"got {st.layers:g}; expected a whole number: a stage derived from the "
+                                    f"architecture holds whole transformer layers", src)
     if any(auto):
         if not all(auto):
             _fail(f"pipeline.stages[{auto.index(False)}].layers", "expected auto: layers: auto is given on every "

@@ -128,6 +128,8 @@ def test_layers_auto_is_the_best_contiguous_split_by_brute_force():
     (lambda d: d["pipeline"]["stages"][1].update(layers=5), "pipeline.stages: layers add up to 9; expected "
                                                             "pipeline.model.layers = 8"),
     (lambda d: d["pipeline"]["stages"][1].pop("layers"), "pipeline.stages[1]: expected compute, or layers"),
+    (lambda d: d["pipeline"]["stages"][0].update(layers=3.5) or d["pipeline"]["stages"][1].update(layers=4.5),
+     "pipeline.stages[0].layers: got 3.5; expected a whole number"),
     (lambda d: d["pipeline"]["model"].pop("heads"), "pipeline.model.heads: missing; pipeline.stages[0] gives "
                                                     "layers without compute"),
     (lambda d: d["pipeline"]["model"].pop("seq_len"), "pipeline.model.seq_len: missing"),
