@@ -133,6 +133,8 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         _choice(host, f"hardware.devices[{i}].host" if d.host is not None else "hardware.host", tuple(catalog.hosts),
                 src)
         devices.append(DeviceSpec(d.id, d.gpu, d.node if d.node is not None else d.id, d.socket, host))
+    if hw.host is not None:  # also when every device names its own: a misspelt default is still a mistake
+        _choice(hw.host, "hardware.host", tuple(catalog.hosts), src)
     device_ids = {d.id for d in devices}
     known = ", ".join(sorted(device_ids))
 

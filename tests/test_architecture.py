@@ -137,6 +137,8 @@ def test_layers_auto_is_the_best_contiguous_split_by_brute_force():
     (lambda d: d["pipeline"].update(stack="deepspeed"), "pipeline.stack: got 'deepspeed'; expected one of "),
     (lambda d: d["hardware"].update(host="aws_p4"), "hardware.host: got 'aws_p4'; expected one of "),
     (lambda d: d["hardware"]["devices"][1].update(host="dgx"), "hardware.devices[1].host: got 'dgx'"),
+    (lambda d: [x.update(host="dgx_h100") for x in d["hardware"]["devices"]] and d["hardware"].update(host="dgx_h200"),
+     "hardware.host: got 'dgx_h200'; expected one of "),
 ])
 def test_bad_architecture_input_is_one_line_naming_the_field(change, needle):
     d = doc([{"device": "g0", "layers": 4}, {"device": "g1", "layers": 4}])
