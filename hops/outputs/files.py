@@ -52,7 +52,8 @@ def schedule_text(summary: dict) -> str:
 
 
 def slowest_stage(summary: dict) -> dict | None:
-    """The stage with the longest expected forward + backward per microbatch."""
+    """The stage with the longest expected forward + fused backward (BW) per microbatch: the
+    pace of 1F1B's steady state, the one figure every schedule shares."""
     stages = summary.get("stages") or []
     if not stages:
         return None

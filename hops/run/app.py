@@ -502,7 +502,7 @@ def format_summary(result, name: str, paths: dict[str, Path]) -> str:
         e = worst["expected_ms"]
         util = f", {100 * worst['utilization']:.0f} % busy" if worst.get("utilization") is not None else ""
         lines.append(f"  slowest stage  {worst['stage']} on {worst['device']} ({worst['gpu']}): F {e['F']:.1f} + "
-                     f"B {worst['per_microbatch_ms'] - e['F']:.1f} = {worst['per_microbatch_ms']:.1f} ms per "
+                     f"BW {worst['per_microbatch_ms'] - e['F']:.1f} = {worst['per_microbatch_ms']:.1f} ms per "
                      f"microbatch{util}")
     lines += memory_lines(s)
     fails = s.get("failures")
