@@ -193,7 +193,8 @@ def _scenario_holding(path: str, scenario: str | None, overrides: list[str]) -> 
         if part is None or part == "":
             continue
         key = int(part) if part.isdigit() else part
-        if isinstance(node, dict) and key in node or isinstance(node, list) and isinstance(key, int) and key < len(node):
+        if (isinstance(node, dict) and key in node) or (isinstance(node, list) and isinstance(key, int)
+                                                        and key < len(node)):
             node = node[key]
         else:
             return None
