@@ -578,6 +578,9 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
         if "not in struct" in str(cause) and full_key:
             parent = getattr(cause, "parent_node", None)
             keys = sorted(str(k) for k in parent.keys()) if parent is not None and hasattr(parent, "keys") else []
+            if _scenario_field(str(full_key)):
+                return (f"{full_key}: this configuration does not set it yet, so Hydra needs a + to add it: "
+                        f"{_with_plus(str(full_key), argv)}")
             hint = f"; expected one of {', '.join(keys)}" if keys else ""
             return f"{full_key}: unknown key{hint}{_did_you_mean(str(full_key), keys, argv)}"
         if "No match in the defaults list" in text and "'scenario'" in text:
@@ -599,6 +602,44 @@ def missing_slurm_tools(exc: BaseException) -> list[str]:
     if not any(f"submitit{os.sep}slurm" in f.filename for f in frames):
         return []
     return [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
+
+
+def _scenario_field(full_key: str) -> bool:
+    """Whether the scenario schema has a field at `full_key` ("pipeline.stages[0].layers"): a key
+    the composed config lacks only because its scenario did not set it, such as `layers` on a
+    stage given by `compute`. Hydra refuses to add such a key without a +."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from hops.schema.scenario import ScenarioModel
+
+    def unwrap(ann):
+        while typing.get_origin(ann) in (typing.Annotated, typing.Union, getattr(__import__("types"), "UnionType")):
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            ann = args[0] if typing.get_origin(ann) is typing.Annotated or len(args) == 1 else None
+        return ann
+
+    ann = ScenarioModel
+    for part in re.split(r"\.|\[\d+\]", full_key):
+        if part == "":
+            continue
+        ann = unwrap(ann)
+        if typing.get_origin(ann) in (list, dict) and typing.get_args(ann):
+            ann = unwrap(typing.get_args(ann)[-1])
+            if part.isdigit():
+                continue
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel) and part in ann.model_fields):
+            return False
+        ann = ann.model_fields[part].annotation
+    return True
+
+
+def _with_plus(full_key: str, argv: list[str] | None) -> str:
+    """The user's own command with a + before the override of `full_key`."""
+    dotted = re.sub(r"\[(\d+)\]", r".\1", full_key)
+    args = [f"+{a}" if a.partition("=")[0] == dotted else a for a in argv or []]
+    return f"{PROG} {' '.join(shlex.quote(a) for a in args)}" if args != list(argv or []) else f"+{dotted}=..."
 
 
 def _did_you_mean(full_key: str, keys: list[str], argv: list[str] | None) -> str:
