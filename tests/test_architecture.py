@@ -120,6 +120,54 @@ def test_layers_auto_is_the_best_contiguous_split_by_brute_force():
     assert split[0] >= split[-1]  # the LM head is heavier than the embedding
 
 
+LLAMA3_8B = {"layers": 32, "hidden_dim": 4096, "heads": 32, "kv_heads": 8, "ffn_dim": 14336, "ffn_gated": True,
+             "vocab_size": 128256, "tied_embeddings": False, "seq_len": 4096}
+
+
+def two_h100_two_a100(schedule: str, split) -> dict:
+    """Llama-3-8B on 2 H100 then 2 A100 (80 GB each), 8 microbatches: the fastest split loads
+    the H100s past their memory."""
+    gpus = ["h100_sxm", "h100_sxm", "a100", "a100"]
+    return {"simulation": {"batches": 1, "microbatches": 8, "micro_batch_size": 1, "seed": 0},
+            "pipeline": {"schedule": schedule, "model": LLAMA3_8B,
+                         "stages": [{"device": f"g{i}", "layers": n} for i, n in enumerate(split)]},
+            "hardware": {"devices": [{"id": f"g{i}", "gpu": g, "node": f"n{i}",
+                                      "host": "dgx_h100" if g == "h100_sxm" else "dgx_a100"}
+                                     for i, g in enumerate(gpus)],
+                         "interconnect": {"cross_node": "infiniband"}},
+            "optimizer": {"enabled": True}}
+
+
+def slowest_stage_ms(summary: dict) -> float:
+    return max(st["expected_ms"]["F"] + st["expected_ms"]["BW"] for st in summary["stages"])
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb_h1", "gpipe"])
+def test_layers_auto_keeps_every_stage_within_its_gpus_memory_where_a_split_can(schedule):
+    """The split that minimises the slowest stage alone (13 / 13 / 4 / 2 under 1F1B) overfills
+    the H100s; `auto` weighs each stage's peak at the schedule's own level (GPipe holds all 8
+    microbatches, ZB-H1 p on every stage) and finds a split that fits. No split one layer away
+    that also fits has a faster slowest stage."""
+    assert hops.simulate(two_h100_two_a100(schedule, [13, 13, 4, 2])).summary["memory_over_capacity"]
+    run = hops.simulate(two_h100_two_a100(schedule, ["auto"] * 4)).summary
+    assert run["memory_over_capacity"] == []
+    split = [int(st["layers"]) for st in run["stages"]]
+    for a, b in itertools.permutations(range(4), 2):
+        if split[a] > 1:
+            moved = list(split)
+            moved[a], moved[b] = moved[a] - 1, moved[b] + 1
+            other = hops.simulate(two_h100_two_a100(schedule, moved)).summary
+            assert other["memory_over_capacity"] or slowest_stage_ms(other) >= slowest_stage_ms(run) - 1e-9, moved
+
+
+def test_where_no_split_fits_layers_auto_keeps_the_fastest_and_the_run_flags_it():
+    d = two_h100_two_a100("1f1b", ["auto"] * 4)
+    d["hardware"]["devices"] = [{"id": f"g{i}", "gpu": "l4", "node": f"n{i}"} for i in range(4)]
+    assert hops.simulate(d).summary["memory_over_capacity"]
+    roomy = Catalog.load({"devices.l4.memory_gb": 1e6})  # where every split fits, auto is the fastest
+    assert [st.layers for st in load_scenario(d).stages] == [st.layers for st in load_scenario(d, roomy).stages]
+
+
 @pytest.mark.parametrize("change,needle", [
     (lambda d: d["pipeline"]["model"].update(heads=12), "pipeline.model.heads: got 12; expected a divisor of "
                                                         "hidden_dim (1024)"),

@@ -1,8 +1,9 @@
 """`layers: auto`: a stage split planned from the architecture, in the scenario's device order.
 
-Separate from hops.planner, which also searches the order of the devices and weighs memory
-for a GPT described by per-stage work; this split runs inside load_scenario for a model
-described by its architecture, on the scenario's own stack and hosts.
+Separate from hops.planner, which also searches the order of the devices for a GPT described by
+per-stage work; this split runs inside load_scenario for a model described by its architecture,
+on the scenario's own stack and hosts. Both keep each stage within its GPUs' memory where a
+split can.
 """
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
     embedding and the LM head count where the schedule places the first and the last model
     chunk (ZB-V's V runs both on the first stage). Exact by dynamic
     programming over (stage, layers so far); ties go to the smaller total. Unlike hops.planner.plan, it
-    keeps the stages' order and does not weigh memory (the run's memory summary reports it).
+    keeps the stages' order.
+
+    Memory: a stage may hold n layers only where its GPUs' peak fits their memory
+    (hops.model.memory.memory_summary: weights, gradients, optimizer state and the activations
+    the schedule holds at its peak, held_levels). Why: the fastest split puts the most layers on
+    the fastest GPUs, which can overfill them where a slower split fits. Where no split fits, the
+    fastest one is kept and the run's memory summary flags it.
     """
     arch, p, v = scenario.architecture, scenario.n_stages, scenario.virtual_stages
     topo = Topology(scenario, catalog)
@@ -46,6 +53,16 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
         return sum(e.f + e.bw for e in times)
 
     times = [[0.0] + [pace(i, n) for n in range(1, total - p + 2)] for i in range(p)]
+    fits = fitting(scenario, catalog, topo, placement, v, total - p + 1)
+    split = _min_max_split(times, total, p, fits)
+    if split is None:  # nothing fits: the fastest split, flagged by the run's memory summary
+        split = _min_max_split(times, total, p, None)
+    return [units * v for units in split]
+
+
+def _min_max_split(times, total: int, p: int, fits) -> list[int] | None:
+    """The contiguous split (in units) minimising (slowest stage, sum), only stage sizes
+    fits[i][n] allows (all when fits is None); None when no split is allowed."""
     inf = (math.inf, math.inf)
     best = [[inf] * (total + 1) for _ in range(p + 1)]  # best[i][l]: (max, sum) of i stages holding l layers
     choice = [[0] * (total + 1) for _ in range(p + 1)]
@@ -56,12 +73,73 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
                 prev = best[i - 1][used - n]
                 if prev == inf:
                     continue
+                if fits is not None and not fits[i - 1][n]:
+                    continue
                 t = times[i - 1][n]
                 cand = (max(prev[0], t), prev[1] + t)
                 if cand < best[i][used]:
                     best[i][used], choice[i][used] = cand, n
+    if best[p][total] == inf:
+        return None
     split, used = [], total
     for i in range(p, 0, -1):
         split.append(choice[i][used])
         used -= choice[i][used]
-    return [units * v for units in split[::-1]]
+    return split[::-1]
+
+
+def held_levels(scenario, catalog: Catalog) -> list[float]:
+    """Chunk-microbatches of activations each stage holds at its peak under the scenario's
+    schedule, read from a run of it at unit times (F = B = W = 1 ms, free links, no weights,
+    1 MB per stage-microbatch), as the engine's peak_in_flight counts them: 1F1B's p - k on
+    stage k, ZB-H1's p everywhere, GPipe's m. A schedule that refuses the unit pipeline is taken
+    at 1F1B's count. Not counted: under full recomputation, what a deferred W keeps beyond the
+    stash (the engine's pending weight), so a split-backward schedule there can still overfill a
+    stage, which the run then flags."""
+    from hops.api import simulate
+    from hops.errors import HopsError
+
+    p, v, m = scenario.n_stages, scenario.virtual_stages, scenario.microbatches
+    unit = {"kind": "constant", "ms": 1.0}
+    ids = [f"u{k}" for k in range(p)]
+    doc = {"simulation": {"batches": 1, "microbatches": m, "seed": 0},
+           "pipeline": {"schedule": scenario.schedule, "virtual_stages": v, "activation_mb": 1.0,
+                        "scheduler_options": dict(scenario.scheduler_options),
+                        "stages": [{"device": i, "weights_mb": 0.0, "compute": {
+                            "mode": "distribution", "forward": unit, "backward_b": unit, "backward_w": unit}}
+                            for i in ids]},
+           "hardware": {"devices": [{"id": i, "gpu": scenario.devices[0].gpu, "node": "n"} for i in ids]},
+           "overrides": {"links": [{"src": a, "dst": b, "latency_ms": 0.0, "bandwidth_gbps": 1e12}
+                                   for a in ids for b in ids if a != b]},
+           "optimizer": {"enabled": False}, "failure": {"enabled": False}}
+    try:
+        peak = simulate(doc, catalog=catalog).summary["peak_memory_mb"]
+    except HopsError:
+        return [float(min(p - k, m) * v) for k in range(p)]
+    return [float(peak[i]) * v for i in ids]
+
+
+def fitting(scenario, catalog: Catalog, topo: Topology, placement, v: int, most: int) -> list[list[bool]]:
+    """fits[i][n]: stage i holding n units (n v layers) stays within its GPUs' memory at its
+    held level. A stage's peak depends only on its own layers (and on the vocabulary matrices
+    the placement puts on it), so each is sized alone; more layers only hold more."""
+    from hops.model.memory import memory_summary
+
+    held = held_levels(scenario, catalog)
+    ends = (placement[0][0], placement[-1][0])
+    fits = []
+    for i, st in enumerate(scenario.stages):
+        gpus = st.gpus if st.tp > 1 else (st.device,)
+        row = [True]
+        for n in range(1, most + 1):
+            stages = tuple(dataclasses.replace(s, layers=float(n * v if k == i else v),
+                                               compute=derived_compute(scenario.architecture, n * v if k == i else v,
+                                                                       scenario.micro_batch_size))
+                           for k, s in enumerate(scenario.stages))
+            mem = memory_summary(dataclasses.replace(scenario, stages=stages), topo, catalog, held, 0.0, ends, v)
+            row.append(all(mem["peak_memory_mb"][g] <= mem["memory_capacity_mb"][g] for g in gpus))
+            if not row[-1]:
+                row += [False] * (most - n)
+                break
+        fits.append(row)
+    return fits
