@@ -31,7 +31,7 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
 
     Memory: a stage may hold n layers only where its GPUs' peak fits their memory
     (hops.model.memory.memory_summary: weights, gradients, optimizer state and the activations
-    the schedule holds at its peak, held_levels). Why: the fastest split puts the most layers on
+    the schedule holds at its peak, held_levels, read from the engine). Why: the fastest split puts the most layers on
     the fastest GPUs, which can overfill them where a slower split fits. Where no split fits, the
     fastest one is kept and the run's memory summary flags it.
     """
@@ -53,11 +53,10 @@ def split_layers(scenario, catalog: Catalog) -> list[int]:
         return sum(e.f + e.bw for e in times)
 
     times = [[0.0] + [pace(i, n) for n in range(1, total - p + 2)] for i in range(p)]
-    fits = fitting(scenario, catalog, topo, placement, v, total - p + 1)
-    split = _min_max_split(times, total, p, fits)
-    if split is None:  # nothing fits: the fastest split, flagged by the run's memory summary
-        split = _min_max_split(times, total, p, None)
-    return [units * v for units in split]
+    fastest = _min_max_split(times, total, p, None)
+    held = held_levels(scenario, catalog, topo, [units * v for units in fastest])
+    split = _min_max_split(times, total, p, fitting(scenario, catalog, topo, placement, v, total - p + 1, held))
+    return [units * v for units in (fastest if split is None else split)]  # none fits: the run flags it
 
 
 def _min_max_split(times, total: int, p: int, fits) -> list[int] | None:
@@ -88,44 +87,35 @@ def _min_max_split(times, total: int, p: int, fits) -> list[int] | None:
     return split[::-1]
 
 
-def held_levels(scenario, catalog: Catalog) -> list[float]:
-    """Chunk-microbatches of activations each stage holds at its peak under the scenario's
-    schedule, read from a run of it at unit times (F = B = W = 1 ms, free links, no weights,
-    1 MB per stage-microbatch), as the engine's peak_in_flight counts them: 1F1B's p - k on
-    stage k, ZB-H1's p everywhere, GPipe's m. A schedule that refuses the unit pipeline is taken
-    at 1F1B's count. Not counted: under full recomputation, what a deferred W keeps beyond the
-    stash (the engine's pending weight), so a split-backward schedule there can still overfill a
-    stage, which the run then flags."""
-    from hops.api import simulate
+def held_levels(scenario, catalog: Catalog, topo: Topology, split: list[int]) -> list[float]:
+    """What each stage holds at its peak, in chunk-microbatches each weighed as memory charges it
+    (the engine's peak_held: under full recomputation a microbatch waiting for its W weighs what
+    that W keeps), from one iteration of the schedule on `split` (layers per stage): 1F1B's
+    p - k on stage k, ZB-H1's p everywhere, GPipe's m. The fixed orders hold the same on every
+    split; a schedule planned from the stage times (zb_1p, hetero_search) may hold a little
+    otherwise, which the run's own memory summary then reports. A schedule that refuses the
+    pipeline is taken at 1F1B's count, and the run names the field."""
+    from hops.engine import loop as engine
     from hops.errors import HopsError
 
-    p, v, m = scenario.n_stages, scenario.virtual_stages, scenario.microbatches
-    unit = {"kind": "constant", "ms": 1.0}
-    ids = [f"u{k}" for k in range(p)]
-    doc = {"simulation": {"batches": 1, "microbatches": m, "seed": 0},
-           "pipeline": {"schedule": scenario.schedule, "virtual_stages": v, "activation_mb": 1.0,
-                        "scheduler_options": dict(scenario.scheduler_options),
-                        "stages": [{"device": i, "weights_mb": 0.0, "compute": {
-                            "mode": "distribution", "forward": unit, "backward_b": unit, "backward_w": unit}}
-                            for i in ids]},
-           "hardware": {"devices": [{"id": i, "gpu": scenario.devices[0].gpu, "node": "n"} for i in ids]},
-           "overrides": {"links": [{"src": a, "dst": b, "latency_ms": 0.0, "bandwidth_gbps": 1e12}
-                                   for a in ids for b in ids if a != b]},
-           "optimizer": {"enabled": False}, "failure": {"enabled": False}}
+    p, m = scenario.n_stages, scenario.microbatches
+    stages = tuple(dataclasses.replace(st, layers=float(n), compute=derived_compute(scenario.architecture, n,
+                                                                                     scenario.micro_batch_size))
+                   for st, n in zip(scenario.stages, split))
     try:
-        peak = simulate(doc, catalog=catalog).summary["peak_memory_mb"]
+        res = engine.run(dataclasses.replace(scenario, batches=1, stages=stages), catalog, topology=topo)
     except HopsError:
-        return [float(min(p - k, m) * v) for k in range(p)]
-    return [float(peak[i]) * v for i in ids]
+        return [float(min(p - k, m) * scenario.virtual_stages) for k in range(p)]
+    return [float(h) for h in res.peak_held]
 
 
-def fitting(scenario, catalog: Catalog, topo: Topology, placement, v: int, most: int) -> list[list[bool]]:
+def fitting(scenario, catalog: Catalog, topo: Topology, placement, v: int, most: int,
+            held: list[float]) -> list[list[bool]]:
     """fits[i][n]: stage i holding n units (n v layers) stays within its GPUs' memory at its
     held level. A stage's peak depends only on its own layers (and on the vocabulary matrices
     the placement puts on it), so each is sized alone; more layers only hold more."""
     from hops.model.memory import memory_summary
 
-    held = held_levels(scenario, catalog)
     ends = (placement[0][0], placement[-1][0])
     fits = []
     for i, st in enumerate(scenario.stages):
