@@ -612,13 +612,8 @@ def _scenario_field(full_key: str) -> bool:
 
     from pydantic import BaseModel
 
+    from hops.schema import _unwrap as unwrap  # Optional / Annotated to the type inside, as the schema reads it
     from hops.schema.scenario import ScenarioModel
-
-    def unwrap(ann):
-        while typing.get_origin(ann) in (typing.Annotated, typing.Union, getattr(__import__("types"), "UnionType")):
-            args = [a for a in typing.get_args(ann) if a is not type(None)]
-            ann = args[0] if typing.get_origin(ann) is typing.Annotated or len(args) == 1 else None
-        return ann
 
     ann = ScenarioModel
     for part in re.split(r"\.|\[\d+\]", full_key):
