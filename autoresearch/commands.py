@@ -183,7 +183,8 @@ def run_noise(args) -> int:
                "throughput_pct_mean": n.throughput_pct_mean, "bubble_pp_mean": n.bubble_pp_mean,
                "unpaired": n.unpaired,
                "twins": [{**t.__dict__, "throughput_pct": t.throughput_pct, "bubble_pp": t.bubble_pp} for t in n.twins],
-               "not_twins": [list(p) for p in n.not_twins]}
+               "not_twins": [list(p) for p in n.not_twins],
+               "slow_iterations": {"slow_share": n.slow_share, "runs": [s.__dict__ for s in n.slow.values()]}}
         try:
             ledger.atomic_write(Path(args.json), json.dumps(doc, indent=1, allow_nan=False) + "\n")
         except (OSError, ValueError) as exc:

@@ -14,6 +14,15 @@ and whose traces show the same executed order of forward and backward passes on 
 stage, i.e. the job ignored the label. Their spread is run-to-run noise of one job too,
 measured in the same campaign, so it is reported beside the archive pairs and joins a
 fixture's band. A pair whose executed orders differ is not a twin and is not counted.
+
+Within one run, a few *slow iterations* can carry a throughput error by themselves: a
+run's throughput is its microbatches over the sum of its kept iterations' walls, so an
+iteration that stalls adds its excess to the mean. `noise` counts, per train run, the
+kept iterations whose wall exceeds the run's median by more than SLOW_SHARE and what they
+add to the mean wall. On the fixture cluster these are the p5 pair's iteration-end stalls,
+which the model charges at their train-wide rate (hosts.yaml): a run that met more of them
+than that rate is measured slower than any expected-value prediction, by about what its
+excess adds. The count is context for the gate report too, never a tolerance.
 """
 from __future__ import annotations
 
@@ -25,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hops.metrics import measured_window
+from hops.metrics import iteration_walls, measured_window, warmup_iterations
 from hops.timeline import Timeline
 from hops.traces import load_trace
 
@@ -34,6 +43,7 @@ from .fixtures import FixtureError, list_fixtures, resolve_root
 
 ARCHIVE, TRAIN = "archive", "train"
 LABEL_KEYS = ("schedule", "backward_split", "scheduler_options")  # pipeline keys that only name a schedule
+SLOW_SHARE = 0.10  # an iteration is slow when its wall exceeds its run's median wall by more than this share
 
 
 def config_key(fixture_id: str) -> str:
@@ -91,6 +101,24 @@ class Twin(_Spread):
         return self.throughput_reference, self.throughput_other, self.bubble_reference, self.bubble_other
 
 
+@dataclass(frozen=True)
+class SlowIterations:
+    """One run's kept iterations (the window hops.metrics measures) against its median wall."""
+
+    run: str
+    iterations: int
+    slow: int  # walls above (1 + SLOW_SHARE) x the median
+    added_pct: float  # mean wall over the mean wall of the other iterations, - 1, x 100: what they cost its throughput
+
+
+def slow_iterations(run: str, tl: Timeline) -> SlowIterations:
+    _, _, walls = iteration_walls(tl)
+    walls = walls[warmup_iterations(walls):]
+    slow = walls > (1.0 + SLOW_SHARE) * np.median(walls)
+    added = (walls.mean() / walls[~slow].mean() - 1.0) * 100.0
+    return SlowIterations(run, int(len(walls)), int(slow.sum()), float(added))
+
+
 def _mean_abs(values) -> float:
     values = [abs(v) for v in values]
     return sum(values) / len(values) if values else math.nan
@@ -102,6 +130,13 @@ class Noise:
     unpaired: list[str] = field(default_factory=list)  # archive ids with no train run of the same config
     twins: list[Twin] = field(default_factory=list)
     not_twins: list[tuple[str, str]] = field(default_factory=list)  # same scenario, different executed order
+    slow: dict[str, SlowIterations] = field(default_factory=dict)  # train run id -> its slow iterations
+
+    @property
+    def slow_share(self) -> float:
+        """Slow iterations over kept iterations, on every train run."""
+        n = sum(s.iterations for s in self.slow.values())
+        return sum(s.slow for s in self.slow.values()) / n if n else math.nan
 
     @property
     def throughput_pct_mean(self) -> float:
@@ -139,6 +174,10 @@ class Noise:
                         "noise.twins.bubble_pp_mean": self.twin_bubble_pp_mean, "noise.twins": float(len(self.twins))})
         for t in self.twins:
             out[f"noise.twin.{config_key(t.other)}.throughput_pct"] = t.throughput_pct
+        if self.slow:
+            out["noise.slow_iterations.share"] = self.slow_share
+        for s in self.slow.values():
+            out[f"noise.slow.{config_key(s.run)}.added_pct"] = s.added_pct
         return out
 
 
@@ -219,6 +258,7 @@ def noise(root=None) -> Noise:
         return sides[f.id]
 
     _twins(train_runs, side, out)
+    out.slow = {f.id: slow_iterations(f.id, load_trace(f.path)) for f in train_runs}
     for a in archive:
         t = train.get(config_key(a.id))
         if t is None:
@@ -253,11 +293,22 @@ def render(n: Noise) -> str:
             lines.append(f"same scenario but a different executed order (not counted): {a}, {b}")
     if n.unpaired:
         lines.append(f"no train run of the same configuration (not counted): {', '.join(sorted(n.unpaired))}")
+    slow = sorted((s for s in n.slow.values() if s.slow), key=lambda s: (-s.added_pct, s.run))
+    if n.slow:
+        total = sum(s.iterations for s in n.slow.values())
+        lines.append(f"slow iterations in train (wall > {1 + SLOW_SHARE:.2f} x the run's median): "
+                     f"{sum(s.slow for s in slow)} of {total} kept iterations ({100 * n.slow_share:.1f} %) on "
+                     f"{len(slow)} of {len(n.slow)} runs; what they add to the run's mean wall, i.e. take off its "
+                     f"measured throughput")
+        lines.append(f"{'run':<46} {'slow':>8} {'adds %':>8}")
+        for s in slow:
+            lines.append(f"{s.run:<46} {f'{s.slow}/{s.iterations}':>8} {s.added_pct:>8.2f}")
     return "\n".join(lines)
 
 
 def annotate(violations: list[str], n: Noise | None) -> list[str]:
-    """Each per-fixture violation with the noise band of its configuration (or the suite mean) beside it."""
+    """Each per-fixture violation with the noise band of its configuration (or the suite mean) beside it,
+    and a throughput violation with the run's slow iterations, where it has any."""
     if n is None or not n.pairs:
         return violations
     out = []
@@ -270,5 +321,9 @@ def annotate(violations: list[str], n: Noise | None) -> list[str]:
             else:
                 v += (f"  [no duplicate of this config; suite noise mean {n.throughput_pct_mean:.2f} % thr, "
                       f"{n.bubble_pp_mean:.2f} pp bubble]")
+            slow = n.slow.get(fid)
+            if slow is not None and slow.slow and "|throughput error|" in v:
+                v += (f"  [{slow.slow} of its {slow.iterations} iterations slow, adding {slow.added_pct:.1f} % to its "
+                      f"mean wall; train: {100 * n.slow_share:.1f} % of iterations slow]")
         out.append(v)
     return out

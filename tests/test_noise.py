@@ -46,7 +46,9 @@ def test_noise_command_prints_every_pair_and_the_means(root, capsys, tmp_path, m
     assert main(["noise", "--fixtures", str(root), "--json", str(tmp_path / "noise.json")]) == 0
     out = capsys.readouterr().out
     assert "exp2_9_g_only_pp4" in out and "exp2_8_h100_pair_pp2" in out and "mean |spread|" in out
-    assert "exp1_1_all_nodes_run15" in out.splitlines()[-1]
+    assert "exp1_1_all_nodes_run15" in next(x for x in out.splitlines() if x.startswith("no train run"))
+    assert out.splitlines()[-1].startswith("exp2_8_h100_pair_pp2_run105") and "3/18" in out.splitlines()[-1], \
+        "the train runs' slow iterations close the report"
     assert (tmp_path / "noise.json").read_text().count('"archive"') == 2
     assert main(["noise", "--fixtures", str(tmp_path / "none")]) == 2
 
@@ -105,3 +107,47 @@ def test_a_run_whose_trace_executed_another_order_is_not_a_twin(tmp_path):
     rank0.write_text("\n".join(json.dumps(e) for e in events) + "\n")
     n = noise(tmp_path)
     assert n.twins == [] and n.not_twins == [("job_a_run1", "job_b_run2")]
+
+
+def test_a_slow_iteration_is_counted_with_what_it_adds_to_the_runs_mean_wall(tmp_path):
+    import json
+
+    from autoresearch.noise import slow_iterations
+    from tests.fixture_builders import make_fixture
+
+    d = make_fixture(tmp_path, "train", "job_a_run1")
+    for rank in (d / "megatron_trace").glob("rank*.jsonl"):  # iteration 2 starts 13 ms late
+        events = [json.loads(line) for line in rank.read_text().splitlines()]
+        for e in events:
+            if e["iteration"] >= 2:
+                e["start_wall_ns"] += 13_000_000
+                e["end_wall_ns"] += 13_000_000
+        rank.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    s = slow_iterations("job_a_run1", load_trace(d))
+    # the builder's iterations are 26 ms apart and the last one ends 20 ms after its start
+    walls = [26.0, 26.0 + 13.0, 26.0, 20.0]
+    assert (s.iterations, s.slow) == (4, 1), "39 ms is more than 10 % over the median 26; 20 and 26 are not"
+    assert s.added_pct == pytest.approx((sum(walls) / 4) / ((26 + 26 + 20) / 3) * 100 - 100, abs=1e-6)
+    t = summarize(load_trace(d))
+    assert t["throughput"]["microbatches_per_s"] == pytest.approx(4 * 2 / sum(walls) * 1e3, rel=1e-6), \
+        "throughput is microbatches over the summed walls, so the slow wall's excess comes off it"
+
+
+def test_a_throughput_violation_shows_the_runs_slow_iterations(fixtures_root, tmp_path):
+    fid = "exp2_28_all_nodes_batch3_run177"
+    for split, ids in (("train", (fid, TRAIN[0])), ("archive", ("exp2_9_g_only_pp4_run65",))):
+        for f in ids:
+            d = tmp_path / split / "cluster_results" / f
+            d.parent.mkdir(parents=True, exist_ok=True)
+            d.symlink_to(fixtures_root / split / "cluster_results" / f)
+    n = noise(tmp_path)
+    s = n.slow[fid]
+    assert (s.iterations, s.slow) == (18, 6), "6 of the run's 18 iterations meet the p5 pair's ~175 ms stall"
+    assert n.slow[TRAIN[0]].slow == 0, "a run without a p5 pair at its ends has no slow iteration"
+    assert n.slow_share == pytest.approx(6 / 36)
+    thr, bub = (f"{fid}: spec |throughput error| 1.00% -> 11.00% (+10.00) exceeds the 2 tolerance",
+                f"{fid}: spec |bubble delta| 1.00 pp -> 4.00 pp (+3.00) exceeds the 2 tolerance")
+    out = annotate([thr, bub], n)
+    assert f"[6 of its 18 iterations slow, adding {s.added_pct:.1f} % to its mean wall" in out[0]
+    assert "slow" not in out[1], "the count speaks to throughput, not to the bubble rule"
+    assert 20 < s.added_pct < 30
