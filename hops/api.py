@@ -69,6 +69,8 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
     topo = Topology(sc, catalog)
     res = engine.run(sc, catalog, seed, topology=topo, on_iteration=on_iteration)
     summary = summarize(res.timeline)
+    # one pipeline is simulated; samples/s counts every data-parallel replica of it (Timeline.samples_per_microbatch)
+    summary["throughput"]["data_parallel_replicas"] = sc.dp_degree
     summary.update({
         "schedule": sc.schedule,
         "scheduler_effective": getattr(getattr(res.scheduler, "chosen", None), "name", res.scheduler.name),
@@ -152,4 +154,4 @@ def run_horizon(sc: Scenario, topo: Topology, catalog: Catalog, summary: dict, s
     return simulate_horizon(cfg, iteration_ms=iteration_ms, n_devices=len(sc.devices), seed=seed,
                             straggler_slowdown=1.0, comm_fraction=min(1.0, comm / (1.0 + comm)),
                             device_mtbf_hours=mtbf,
-                            samples_per_iteration=sc.microbatches * sc.micro_batch_size)
+                            samples_per_iteration=sc.microbatches * sc.micro_batch_size * sc.dp_degree)

@@ -11,6 +11,7 @@ exit code 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -54,18 +55,28 @@ def main(argv: list[str] | None = None) -> int:
     except HopsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{result.configurations} configurations searched; simulated plans, best first:")
     rows = [(f"plan {i + 1}", p) for i, p in enumerate(result.candidates)]
     rows.append(("uniform split", result.uniform))
     rows += [(f"only {name}", p) for name, p in result.single_type.items()]
+    width = max(len(p.describe()) for _, p in rows)
+    lines = [f"{result.configurations} configurations searched; simulated plans, best first:"]
     for label, p in rows:
         cost = p.cost_per_sample
-        print(f"  {label:<24} {p.describe():<64} {p.samples_per_s:9.3f} samples/s"
-              + ("" if cost is None else f"  cost/sample {cost:.3g}")
-              + f"  peak/GPU {max(p.memory_mb) / 1000:.1f} GB" + ("  OVER CAPACITY" if p.over_capacity else ""))
+        lines.append(f"  {label:<24} {p.describe():<{width}} {p.samples_per_s:9.3f} samples/s"
+                     + ("" if cost is None else f"  cost/sample {cost:#.3g}")
+                     + f"  peak/GPU {max(p.memory_mb) / 1000:.1f} GB" + ("  OVER CAPACITY" if p.over_capacity else ""))
     if args.scenario:
-        args.scenario.write_text(yaml.safe_dump(planner.scenario(result.best, result.best.schedule), sort_keys=False))
-        print(f"best plan's scenario: {args.scenario}")
+        try:
+            args.scenario.write_text(yaml.safe_dump(planner.scenario(result.best, result.best.schedule),
+                                                    sort_keys=False))
+        except OSError as exc:
+            print(f"error: --scenario {args.scenario}: cannot write ({exc.strerror or exc})", file=sys.stderr)
+            return 2
+        lines.append(f"best plan's scenario: {args.scenario}")
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # `hops plan REQUEST | head -1`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -36,23 +36,26 @@ def load_document(source: Any) -> tuple[dict, str | None]:
         if not path.is_file():
             raise ScenarioError("scenario", f"file not found: {path}")
         data = read_yaml_file(path)
-        if data is not None and not isinstance(data, Mapping):
-            raise ScenarioError("scenario", f"the file's top level is {_kind(data)}; expected a mapping of scenario "
+        if data is None:
+            raise ScenarioError("scenario", "the file is empty (or holds only comments); expected a mapping of "
+                                            "scenario sections (simulation, pipeline, hardware, ...)", str(path))
+        if not isinstance(data, Mapping):
+            raise ScenarioError("scenario", f"the file's top level is {kind_of(data)}; expected a mapping of scenario "
                                             f"sections (simulation, pipeline, hardware, ...)", str(path))
-        return (data if data is not None else {}), str(path)
+        return data, str(path)
     if type(source).__module__.startswith("omegaconf"):  # checked by name: the core never imports omegaconf
         from omegaconf import OmegaConf
 
         data = OmegaConf.to_container(source, resolve=True)
         if not isinstance(data, Mapping):
-            raise ScenarioError("scenario", f"the config is {_kind(data)}; expected a mapping of scenario sections")
+            raise ScenarioError("scenario", f"the config is {kind_of(data)}; expected a mapping of scenario sections")
         return data, None
     if isinstance(source, Mapping):
         return dict(source), None
     raise ScenarioError("scenario", f"expected a path, dict or OmegaConf config, got {type(source).__name__}")
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     return "a list" if isinstance(value, list) else f"a single value ({type(value).__name__} {value!r:.40})"
 
 
@@ -230,6 +233,10 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
     else:
         step_ms = None if step is None else (float(step),) * len(stages)
     dp_ic = _choice(opt.data_parallel.interconnect, "optimizer.data_parallel.interconnect", interconnects, src)
+    if opt.data_parallel.degree > 1 and not opt.enabled:  # else its replicas would count, their reduction not
+        _fail("optimizer.data_parallel.degree", f"got {opt.data_parallel.degree} replicas with optimizer.enabled: "
+                                                "false; the replicas reduce their gradients for the optimizer step, "
+                                                "which HOPS models with it: set optimizer.enabled: true", src)
 
     failure = None
     if m.failure is not None and m.failure.enabled:

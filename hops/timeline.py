@@ -30,6 +30,10 @@ class Timeline:
     alone cannot tell them apart; 0 when every stage is one chunk, -1 for rows of no chunk
     (optimizer, all-reduce, failure). It is not an events.csv column, so a one-chunk run's
     output keeps its bytes; a source that knows no chunks leaves it out (the default).
+
+    `samples_per_microbatch` is the samples one microbatch step trains over the whole job: the
+    micro-batch size times the data-parallel replicas the rows stand for (a simulation runs one
+    pipeline of them), so samples/s is the job's, as a planner or a paper counts it.
     """
 
     kind: np.ndarray

@@ -316,6 +316,11 @@ BAD_INPUTS = [
     (["simulation.seed=["], r"bad override 'simulation\.seed=\['"),
     (["scenario_file=does/not/exist.yaml"], r"scenario_file: file not found"),
     (["+scenario=h100_pair", "scenario_file=x.yaml"], r"either \+scenario=NAME or scenario_file"),
+    (["scenario_file="], r"scenario_file: empty; expected the path of a scenario YAML file"),
+    (["scenario_file=/dev/null"], r"scenario_file: /dev/null is not a regular file"),
+    (["simulation=5"], r"simulation=5: simulation is a config group; give one of its options by name \(default\)"),
+    (["+foo=1"], r"foo: unknown top-level key; expected a scenario section"),
+    (["pipeline.compute_jitter=1e6"], r"pipeline\.compute_jitter: got 1000000\.0; expected a number in \[0, 1\]"),
 ]
 
 
@@ -365,6 +370,72 @@ def test_a_bad_value_given_on_the_command_line_is_not_blamed_on_the_scenario_fil
     with pytest.raises(SystemExit):
         run_inproc(tmp_path, "+scenario=h100_pair", "simulation.microbatches=-1", "output.plots=false")
     assert capsys.readouterr().err.strip() == "error: simulation.microbatches: got -1; expected a number > 0"
+
+
+@pytest.mark.parametrize("text,error", [
+    ("", r"scenario: the file is empty \(or holds only comments\)"),
+    ("# nothing yet\n", r"scenario: the file is empty"),
+    ("simulation: 5\n", r"simulation: expected a mapping of its fields, got a single value \(int 5\)"),
+    ("output: [1]\n", r"output: expected a mapping of its fields, got a list"),
+])
+def test_a_scenario_file_that_is_empty_or_holds_a_section_that_is_no_mapping_is_one_line(tmp_path, capsys, text,
+                                                                                         error):
+    f = tmp_path / "mine.yaml"
+    f.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        run_inproc(tmp_path, f"scenario_file={f}", "output.plots=false")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {f}: "), err
+    assert re.search(error, err[0]), err[0]
+
+
+def test_a_directory_given_as_scenario_file_is_named_as_a_directory(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_inproc(tmp_path, f"scenario_file={tmp_path}", "output.plots=false")
+    assert capsys.readouterr().err.strip() == f"error: scenario_file: {tmp_path} is a directory; expected a scenario YAML file"
+
+
+def test_a_bad_value_given_on_the_command_line_is_not_blamed_on_a_scenario_file_either(tmp_path, capsys):
+    f = tmp_path / "mine.yaml"
+    f.write_text((CONF_DIR / "scenario" / "h100_pair.yaml").read_text())
+    with pytest.raises(SystemExit):
+        run_inproc(tmp_path, f"scenario_file={f}", "simulation.microbatches=-1", "output.plots=false")
+    assert capsys.readouterr().err.strip() == "error: simulation.microbatches: got -1; expected a number > 0"
+    f.write_text(f.read_text().replace("microbatches: 8", "microbatches: -1"))
+    with pytest.raises(SystemExit):
+        run_inproc(tmp_path, f"scenario_file={f}", "output.plots=false")
+    assert capsys.readouterr().err.strip() == f"error: {f}: simulation.microbatches: got -1; expected a number > 0"
+
+
+def test_a_sweep_with_a_scenario_file_whose_section_is_no_mapping_keeps_the_good_job(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("simulation: 5\n")
+    good = CONF_DIR / "scenario" / "h100_pair.yaml"
+    proc = cli("-m", f"scenario_file={bad},{good}", "output.plots=false", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    with open(tmp_path / "sweep" / "sweep_results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [bool(r["samples_per_s"]) for r in rows] == [False, True]
+    assert "expected a mapping" in rows[0]["status"] and rows[1]["status"] == "ok"
+
+
+def test_failure_settings_on_the_command_line_of_a_run_without_failures_get_a_note(tmp_path, capsys):
+    run_inproc(tmp_path, "failure.stragglers.fixed.l4_0=1.5", "output.plots=false")
+    assert ("note: failure.enabled is false: the command line's failure.stragglers.fixed.l4_0 is not applied "
+            "(add failure.enabled=true)") in capsys.readouterr().err
+
+
+def test_data_parallel_replicas_count_in_samples_per_second_not_in_microbatches_per_second(tmp_path, capsys):
+    one = json.loads((run_inproc(tmp_path / "one", "+scenario=h100_pair", "optimizer.enabled=true",
+                                 "output.plots=false") / "summary.json").read_text())["throughput"]
+    two = json.loads((run_inproc(tmp_path / "two", "+scenario=h100_pair", "optimizer.enabled=true",
+                                 "optimizer.data_parallel.degree=2", "output.plots=false")
+                      / "summary.json").read_text())["throughput"]
+    assert two["data_parallel_replicas"] == 2 and one["data_parallel_replicas"] == 1
+    assert two["samples_per_s"] == pytest.approx(2 * two["microbatches_per_s"]), "micro-batch 1, two replicas"
+    assert two["microbatches_per_s"] < one["microbatches_per_s"], "the replicas' gradient reduction costs time"
+    assert "microbatches/s per pipeline x 2 data-parallel replicas" in capsys.readouterr().out
 
 
 def test_a_directory_where_an_output_goes_is_one_line_naming_it(tmp_path):

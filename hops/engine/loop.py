@@ -452,7 +452,7 @@ def _build_timeline(scenario, comp_rows, xfer_rows, other_rows, links, stage_dev
     }
     return Timeline.from_rows(cols, stage_devices=[st.device for st in scenario.stages],
                               microbatches_per_iteration=scenario.microbatches,
-                              samples_per_microbatch=scenario.micro_batch_size,
+                              samples_per_microbatch=scenario.micro_batch_size * scenario.dp_degree,
                               meta={"source": "simulation", "schedule": scenario.schedule,
                                     **({"virtual_stages": v or scenario.virtual_stages}
                                        if (v or scenario.virtual_stages) > 1 else {})})

@@ -53,9 +53,11 @@ def schedule_text(summary: dict) -> str:
 
 def slowest_stage(summary: dict) -> dict | None:
     """The stage with the longest expected forward + fused backward (BW) per microbatch: the
-    pace of 1F1B's steady state, the one figure every schedule shares."""
+    pace of 1F1B's steady state, the one figure every schedule shares. None under virtual
+    stages, whose devices each run several chunks placed by the schedule (ZB-V puts the LM head
+    on device 0): a stage's own times then do not say which device paces the run."""
     stages = summary.get("stages") or []
-    if not stages:
+    if not stages or (summary.get("virtual_stages") or 1) > 1:
         return None
 
     def per_mb(st):
@@ -65,6 +67,12 @@ def slowest_stage(summary: dict) -> dict | None:
     worst = max(stages, key=per_mb)
     util = (summary.get("utilization") or {}).get("per_stage", {}).get(str(worst["stage"]))
     return {**worst, "per_microbatch_ms": per_mb(worst), "utilization": util}
+
+
+def busiest_device(summary: dict) -> tuple[str, float] | None:
+    """The device busy the largest share of the run, and that share."""
+    per_device = (summary.get("utilization") or {}).get("per_device") or {}
+    return max(per_device.items(), key=lambda kv: kv[1]) if per_device else None
 
 
 def scenario_label(summary: dict) -> str | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hops.errors import EXIT_USER_ERROR, HopsError
-from hops.outputs.files import schedule_text, slowest_stage
+from hops.outputs.files import busiest_device, schedule_text, slowest_stage
 from hops.run import charts_alongside as alongside
 from hops.run.progress import Progress
 
@@ -41,6 +41,7 @@ def _conf_dir() -> Path:
 CONF_DIR = _conf_dir()
 SECTIONS = ("simulation", "pipeline", "hardware", "optimizer", "failure", "output", "overrides")
 GROUP_SECTIONS = SECTIONS[:-1]  # config groups; `overrides` is a plain key of conf/config.yaml
+TOP_LEVEL_KEYS = ("scenario_file", "catalog")  # conf/config.yaml's other keys
 # Mappings whose keys are open-ended (preset names, device ids, the failure schema):
 # `catalog.x.y=v` is passed to Hydra as `++catalog.x.y=v`, so no `+` is needed to add a key.
 # Their keys are validated by hops itself (Catalog.load / the scenario parser).
@@ -80,6 +81,10 @@ def task(cfg) -> float:
         from hops.scenario import LegacyScenarioWarning
 
         progress.phase(f"hops: simulating {_size(doc)}")
+        unused = _failure_settings_ignored(doc, list(hc.overrides.task))
+        if unused:
+            progress.write(f"note: failure.enabled is false: the command line's {', '.join(unused)} "
+                           f"{'is' if len(unused) == 1 else 'are'} not applied (add failure.enabled=true)")
 
         def iteration_done(done: int, total: int) -> None:
             progress.phase(f"hops: simulating {_size(doc)}, {done} of {total} iterations done")
@@ -96,8 +101,9 @@ def task(cfg) -> float:
         progress.close()
         if charts is not None:
             charts.stop()
-        src = cfg.get("scenario_file") or _scenario_holding(getattr(exc, "path", ""), hc.runtime.choices.get("scenario"),
-                                                            list(hc.overrides.task))
+        path, overrides = getattr(exc, "path", ""), list(hc.overrides.task)
+        src = ((_scenario_file(cfg) if not _overridden(path, overrides) else None) if cfg.get("scenario_file")
+               else _scenario_holding(path, hc.runtime.choices.get("scenario"), overrides))
         if src and getattr(exc, "source", "") is None and not str(exc).startswith("scenario_file"):
             exc = type(exc)(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(src))  # name the file
         return _job_failed(str(exc), hc, run_dir, multirun, exc)
@@ -178,12 +184,8 @@ def _scenario_holding(path: str, scenario: str | None, overrides: list[str]) -> 
     error in it would name the field but not the file a user has to open."""
     from hops.schema.document import parse_yaml
 
-    if not scenario or not path:
+    if not scenario or not path or _overridden(path, overrides):
         return None
-    for o in overrides:
-        key = o.partition("=")[0].lstrip("+~")
-        if path == key or path.startswith((key + ".", key + "[")) or key.startswith(path + "."):
-            return None
     file = CONF_DIR / "scenario" / f"{scenario}.yaml"
     try:
         node = parse_yaml(file.read_text(), str(file))
@@ -199,6 +201,24 @@ def _scenario_holding(path: str, scenario: str | None, overrides: list[str]) -> 
         else:
             return None
     return str(file)
+
+
+def _failure_settings_ignored(doc: dict, overrides: list[str]) -> list[str]:
+    """The failure.* keys the command line sets while the run's failure section is disabled."""
+    if (doc.get("failure") or {}).get("enabled"):
+        return []
+    keys = (o.partition("=")[0].lstrip("+~") for o in overrides)
+    return sorted({k for k in keys if k.startswith("failure.") and k != "failure.enabled"})
+
+
+def _overridden(path: str, overrides: list[str]) -> bool:
+    """Whether a command-line override sets the field at `path` (or a field above or below it):
+    then an error there is the command line's, not the scenario file's."""
+    for o in overrides:
+        key = re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", o.partition("=")[0].lstrip("+~"))
+        if path == key or path.startswith((key + ".", key + "[")) or key.startswith((path + ".", path + "[")):
+            return True
+    return False
 
 
 def _size(doc: dict) -> str:
@@ -224,18 +244,32 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
     from hops.errors import ScenarioError
 
     choices = dict(hc.runtime.choices)
+    from hops.run.file_deletions import PREFIX
+
+    unknown = sorted(set(cfg.keys()) - {*SECTIONS, *TOP_LEVEL_KEYS, PREFIX.rstrip(".")})
+    if unknown:  # `+foo=1` adds a key Hydra's struct mode lets through; nothing would read it
+        raise ScenarioError(str(unknown[0]), f"unknown top-level key; expected a scenario section "
+                                             f"({', '.join(SECTIONS)}) or one of {', '.join(TOP_LEVEL_KEYS)}")
+    if cfg.get("scenario_file") == "":
+        raise ScenarioError("scenario_file", "empty; expected the path of a scenario YAML file")
     if cfg.get("scenario_file"):
         if choices.get("scenario"):
             raise ScenarioError("scenario_file", "use either +scenario=NAME or scenario_file=PATH, not both")
         from hydra.utils import to_absolute_path
 
         from hops.engine.loop import MAX_STAGES
-        from hops.scenario import load_document
+        from hops.scenario import kind_of, load_document
 
         path = Path(to_absolute_path(str(cfg.scenario_file)))
+        if path.is_dir():
+            raise ScenarioError("scenario_file", f"{path} is a directory; expected a scenario YAML file")
         if not path.is_file():
-            raise ScenarioError("scenario_file", f"file not found: {path}")
+            raise ScenarioError("scenario_file", f"file not found: {path}" if not path.exists()
+                                else f"{path} is not a regular file; expected a scenario YAML file")
         data, _ = load_document(path)  # a top level that is not a mapping is refused there, naming the file
+        for key in SECTIONS:  # before anything below reads a section as a mapping
+            if data.get(key) is not None and not isinstance(data[key], dict):
+                raise ScenarioError(key, f"expected a mapping of its fields, got {kind_of(data[key])}", str(path))
         stages = data["pipeline"].get("stages") if isinstance(data.get("pipeline"), dict) else None
         if isinstance(stages, list) and len(stages) > MAX_STAGES:  # before OmegaConf copies it (~1 ms per stage)
             raise ScenarioError("pipeline.stages", f"{len(stages)} stages; the engine runs at most {MAX_STAGES}",
@@ -493,10 +527,11 @@ def format_summary(result, name: str, paths: dict[str, Path]) -> str:
     s = result.summary
     tp = s["throughput"]
     lines = [f"HOPS {name}: {len(s.get('stages', []))} stages, schedule {schedule_text(s)}, seed {s.get('seed')}",
-             f"  throughput     {tp['samples_per_s']:.2f} samples/s  ({tp['microbatches_per_s']:.2f} microbatches/s, "
-             f"{tp['iterations_per_s']:.3f} iterations/s)",
+             f"  throughput     {tp['samples_per_s']:.2f} samples/s  ({tp['microbatches_per_s']:.2f} microbatches/s"
+             + (f" per pipeline x {tp['data_parallel_replicas']} data-parallel replicas"
+                if tp.get("data_parallel_replicas", 1) > 1 else "") + f", {tp['iterations_per_s']:.3f} iterations/s)",
              f"  bubble         {100 * s['bubble_ratio']:.1f} %{_idle_split(s)}   makespan {s['makespan_ms']:.0f} ms over "
-             f"{s['window']['iterations']} iterations, microbatch latency p50 {s['latency_ms']['p50']:.1f} / "
+             f"{s['window']['iterations']} iteration{'s' if s['window']['iterations'] != 1 else ''}, microbatch latency p50 {s['latency_ms']['p50']:.1f} / "
              f"p99 {s['latency_ms']['p99']:.1f} ms"]
     worst = slowest_stage(s)
     if worst:
@@ -505,6 +540,11 @@ def format_summary(result, name: str, paths: dict[str, Path]) -> str:
         lines.append(f"  slowest stage  {worst['stage']} on {worst['device']} ({worst['gpu']}): F {e['F']:.1f} + "
                      f"BW {worst['per_microbatch_ms'] - e['F']:.1f} = {worst['per_microbatch_ms']:.1f} ms per "
                      f"microbatch{util}")
+    elif busiest_device(s) is not None:  # virtual stages: chunks, not stages, are what the devices run
+        dev, share = busiest_device(s)
+        gpu = next((st["gpu"] for st in s.get("stages", []) if st["device"] == dev), "?")
+        lines.append(f"  busiest device {dev} ({gpu}): {100 * share:.0f} % busy, {s.get('virtual_stages')} model "
+                     f"chunks per device")
     lines += memory_lines(s)
     fails = s.get("failures")
     if isinstance(fails, dict):
@@ -550,6 +590,13 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"{mark.name}: line {mark.line + 1}" if mark else "a config file"
         return f"{where}: invalid YAML ({getattr(exc, 'problem', None) or _squash(str(exc))})"
+    if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be"):  # `simulation=5`
+        group = next((a for a in argv or [] if a.partition("=")[0].lstrip("+~") in (*GROUP_SECTIONS, "scenario")
+                      and not re.fullmatch(r"[A-Za-z_][\w-]*", a.partition("=")[2])), None)
+        if group is not None:
+            key, _, value = group.lstrip("+~").partition("=")
+            return (f"{key}={value}: {key} is a config group; give one of its options by name "
+                    f"({', '.join(_available(key)) or 'none'}) or set a field with {key}.FIELD=VALUE")
     missing = missing_slurm_tools(exc)
     if missing:
         return (f"hydra/launcher=hops_slurm needs Slurm's {' and '.join(missing)} on PATH (not found: run the sweep "
@@ -620,7 +667,9 @@ def _scenario_field(full_key: str) -> bool:
         if part == "":
             continue
         ann = unwrap(ann)
-        if typing.get_origin(ann) in (list, dict) and typing.get_args(ann):
+        if typing.get_origin(ann) is dict:
+            return True  # an open mapping (scheduler_options, stack_options): its keys are checked by hops
+        if typing.get_origin(ann) is list and typing.get_args(ann):
             ann = unwrap(typing.get_args(ann)[-1])
             if part.isdigit():
                 continue

@@ -124,8 +124,8 @@ class StageModel(Section):
     compute: ComputeModel | None = None  # None: derived from layers and pipeline.model's architecture
     layers: Layers | None = None
     activation_memory_mb: Num(ge=0) | None = None
-    compute_jitter: Num(ge=0, description="this stage's coefficient of variation; default "
-                                          "pipeline.compute_jitter") | None = None
+    compute_jitter: Num(ge=0, le=1, description="this stage's coefficient of variation (at most 1); default "
+                                                "pipeline.compute_jitter") | None = None
 
     @model_validator(mode="after")
     def _one_placement(self):
@@ -245,7 +245,7 @@ class PipelineModel(Section):
     stack_options: StackOptionsModel = section_defaults()
     stages: Annotated[ListOf(StageModel), _nonempty("stages")]
     activation_mb: Num(gt=0) | None = None
-    compute_jitter: Num(ge=0) = 0.0
+    compute_jitter: Num(ge=0, le=1, description="the coefficient of variation of mean-1 lognormal noise; at most 1: beyond it most draws are near 0 and a run's sample mean falls far below 1") = 0.0
     host_overhead: DistributionModel | None = None
     virtual_stages: VirtualStages = "auto"
 
@@ -269,7 +269,7 @@ class HardwareLinkModel(Section):
     type: Str(description="an interconnect preset") | None = None
     latency_ms: Num(ge=0) | None = None
     bandwidth_gbps: Num(gt=0, description="GB/s (gigabytes per second)") | None = None
-    jitter: Num(ge=0) | None = None
+    jitter: Num(ge=0, le=1, description="the coefficient of variation of mean-1 lognormal noise; at most 1: beyond it most draws are near 0 and a run's sample mean falls far below 1") | None = None
 
 
 class HardwareModel(Section):
@@ -377,7 +377,7 @@ class OverrideLinkModel(Section):
     dst: Str()
     latency_ms: Num(ge=0) | None = None
     bandwidth_gbps: Num(gt=0, description="GB/s (gigabytes per second)") | None = None
-    jitter: Num(ge=0) | None = None
+    jitter: Num(ge=0, le=1, description="the coefficient of variation of mean-1 lognormal noise; at most 1: beyond it most draws are near 0 and a run's sample mean falls far below 1") | None = None
     sizes_mb: ListOf(Num(ge=0)) | None = None
     source: Str() | None = None
 
