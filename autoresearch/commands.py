@@ -22,6 +22,7 @@ from pathlib import Path
 from hops.errors import HopsError
 
 from . import ledger
+from .cli_args import at_least
 from .iteration_runs import (close_effect, close_record, log_gate, open_refusal, replay_unfinished, short_title,
                              snapshot_or_none, untracked_at_open, untracked_tags)
 
@@ -31,7 +32,7 @@ def _fixtures(p) -> None:
 
 
 def _jobs(p) -> None:
-    p.add_argument("--jobs", type=int, default=1, metavar="N", help="worker processes (default 1; 0 = all cores)")
+    p.add_argument("--jobs", type=at_least(0), default=1, metavar="N", help="worker processes (default 1; 0 = all cores)")
 
 
 def _split(p, default: str | None = "train") -> None:
@@ -44,7 +45,7 @@ def add_commands(sub) -> None:
     p = sub.add_parser("observe", help="rank the largest train error contributors (groups, stage x device x phase)")
     _split(p), _fixtures(p), _jobs(p)
     p.add_argument("--variant", default="link_calibrated", help="variant to analyse (default: link_calibrated)")
-    p.add_argument("--top", type=int, default=8, help="lines per ranking (default 8)")
+    p.add_argument("--top", type=at_least(1), default=8, help="lines per ranking (default 8)")
     p.set_defaults(func=run_observe)
 
     p = sub.add_parser("propose", help="open a calibration iteration (before changing any code)")
@@ -105,8 +106,8 @@ def add_commands(sub) -> None:
     p = sub.add_parser("search", help="Optuna search over allowlisted constants (a proposal, never admitted by itself)")
     _split(p), _fixtures(p), _jobs(p)
     p.add_argument("--space", required=True, help="named space in autoresearch/search_space.yaml")
-    p.add_argument("--trials", type=int, required=True, help="trials to run in this process (in each worker)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
+    p.add_argument("--trials", type=at_least(1), required=True, help="trials to run in this process (in each worker)")
+    p.add_argument("--workers", type=at_least(1), default=1, metavar="N",
                    help="worker processes on the one study (default 1); with an RDB --storage, separate "
                         "invocations with the same --study join it too")
     p.add_argument("--storage", metavar="URL", help="Optuna storage (default sqlite under mlruns/; an RDB URL shares "
@@ -186,6 +187,8 @@ def run_noise(args) -> int:
                "not_twins": [list(p) for p in n.not_twins],
                "slow_iterations": {"slow_share": n.slow_share, "runs": [s.__dict__ for s in n.slow.values()]}}
         try:
+            if not Path(args.json).parent.is_dir():  # as validate --json: a typo'd directory is not created
+                raise FileNotFoundError(2, "No such file or directory")
             ledger.atomic_write(Path(args.json), json.dumps(doc, indent=1, allow_nan=False) + "\n")
         except (OSError, ValueError) as exc:
             raise HopsError(f"--json {args.json}: cannot write ({exc})") from None
@@ -268,13 +271,29 @@ def run_gate_cmd(args) -> int:
 
 
 # --------------------------------------------------------------------------- iterations
+NEW_FILE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".md", ".toml", ".txt", ".csv")
+
+
 def _check_change_site(site: str) -> None:
+    """A file of the repo (existing, or new in an existing directory) or a catalog path."""
+    import difflib
+
     from hops.model.hardware import Catalog, dotted_items
 
-    path = (ledger.REPO / site) if not Path(site).is_absolute() else Path(site)
-    if path.exists() or path.parent.is_dir() and path.suffix:
+    catalog = Catalog.load().as_dict()
+    paths = dotted_items(catalog, keep_empty=False)
+    if site in paths or any(p.startswith(site + ".") for p in paths):  # a value, or a mapping of them
         return
-    if site in dotted_items(Catalog.load().as_dict(), keep_empty=False):
+    if site.split(".", 1)[0] in catalog:  # reads as a catalog path, and is none
+        close = difflib.get_close_matches(site, list(paths), n=1)
+        raise HopsError(f"--change-site {site!r}: no such catalog path" + (f"; did you mean {close[0]}?" if close
+                                                                           else ""))
+    path = Path(site) if Path(site).is_absolute() else ledger.REPO / site
+    try:
+        path.resolve().relative_to(ledger.REPO.resolve())
+    except ValueError:
+        raise HopsError(f"--change-site {site!r} is outside the repo ({ledger.REPO})") from None
+    if path.exists() or (path.parent.is_dir() and path.suffix in NEW_FILE_SUFFIXES):
         return
     raise HopsError(f"--change-site {site!r} is neither a path in the repo (or a new file in an existing "
                     f"directory) nor a catalog path like stacks.fixture_megatron.k_floor_ms.l4")

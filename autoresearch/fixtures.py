@@ -65,7 +65,12 @@ class Fixture:
         check_path(self.scenario_path, self.token)
         try:
             doc = yaml.safe_load(self.scenario_path.read_text())
-        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:  # UnicodeDecodeError: not UTF-8
+        except yaml.YAMLError as exc:  # one line: where, and what the parser expected
+            mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+            where = f": line {mark.line + 1}" if mark else ""
+            raise FixtureError(f"{self.scenario_path}{where}: invalid YAML "
+                               f"({getattr(exc, 'problem', None) or ' '.join(str(exc).split())})") from None
+        except (OSError, UnicodeDecodeError) as exc:  # UnicodeDecodeError: not UTF-8
             raise FixtureError(f"{self.scenario_path}: cannot read scenario ({exc})") from None
         if not isinstance(doc, dict):
             raise FixtureError(f"{self.scenario_path}: expected a scenario mapping")

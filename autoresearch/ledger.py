@@ -525,8 +525,9 @@ def log_evaluation(report, command: str, *, overrides=None, sections: Iterable[s
 
     book = Ledger()
     it = open_iteration_if_any(book)
+    scored = {k: str(report.extras[k])[:500] for k in ("fixtures_root", "fixture_set") if k in report.extras}
     run = book.start_run(CALIBRATION, command, run_type=command,
-                         params=provenance(report.split, report.variants, overrides),
+                         params={**provenance(report.split, report.variants, overrides), **scored},
                          tags=iteration_tags(it) if it else {})
     book.log(run, metrics={**aggregate_metrics(report.aggregates()), **group_metrics(report.groups())})
     with tempfile.TemporaryDirectory() as tmp:

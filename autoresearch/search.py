@@ -151,8 +151,10 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
     """
     check_split(split)
     if split != FIT_SPLIT:
-        raise SearchError(f"search fits constants on {FIT_SPLIT!r} only (diagnostic is sanity-only, never for "
-                          f"fitting); drop --split {split}")
+        why = {"diagnostic": "diagnostic is sanity-only, never for fitting",
+               "archive": "archive holds duplicate runs that measure the noise floor, never for fitting"}
+        raise SearchError(f"search fits constants on {FIT_SPLIT!r} only ({why.get(split, f'{split} is not train')}); "
+                          f"drop --split {split}")
     if trials < 1:
         raise SearchError("--trials must be at least 1")
     if workers < 1:
@@ -194,10 +196,12 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
         else:
             # The study and its parent run exist now, so workers only load them: no creation race.
             import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, wait
+            from concurrent.futures import wait
+
+            from .workers import interruptible_pool
 
             before = len(_finished(study))  # the workers' trials are counted in the shared storage
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            with interruptible_pool(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
                 futures = [pool.submit(_worker, space, trials, storage, study_name, root, jobs,
                                        None if seed is None else seed + i, only, split, allowlist, parent)
                            for i in range(workers)]
@@ -311,6 +315,10 @@ def render(r: SearchResult) -> str:
     lines.append(f"best trial {b['number']}: objective {b['value']:.3f} (MAPE {b['mape']:.2f}%, bubble MAE "
                  f"{b['bubble_mae_pp']:.2f} pp)")
     current = dotted_items(Catalog.load().as_dict(), keep_empty=False)
+    if r.baseline and b["number"] == r.baseline["number"] or all(
+            math.isclose(b["values"][p.path], float(current[p.path])) for p in r.params):
+        lines.append("no trial beat the current catalog values; nothing to propose")
+        return "\n".join(lines)
     for p in r.params:
         lines.append(f"  {p.path} = {b['values'][p.path]:.6g} (now {current[p.path]}, bounds [{p.low:g}, {p.high:g}])")
     lines += ["This is a proposal only: nothing was written. To land it, as any change:",

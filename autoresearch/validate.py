@@ -20,7 +20,7 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -226,7 +226,8 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
     names = check_variants(variants)
     overrides = list(overrides) if overrides is not None and not isinstance(overrides, Mapping) else overrides
     catalog = _catalog(overrides)  # a bad --set path fails here, before any work
-    fixtures = list_fixtures(resolve_root(root), split, list(ids) if ids is not None else None, token=token)
+    root_path = resolve_root(root)
+    fixtures = list_fixtures(root_path, split, list(ids) if ids is not None else None, token=token)
     keys = [trace_key(f) for f in fixtures]
     from hops.run.progress import Progress
 
@@ -249,7 +250,9 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
             for i, f in enumerate(fixtures):
                 collect(i, *_evaluate(f, *args, _MEMO.get(keys[i])))
         else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(fixtures))) as pool:
+            from .workers import interruptible_pool  # not a model file: how the work is spread, not what it computes
+
+            with interruptible_pool(min(jobs, len(fixtures))) as pool:
                 futures = {pool.submit(_evaluate, f, *args, _MEMO.get(keys[i])): i for i, f in enumerate(fixtures)}
                 for fut in as_completed(futures):
                     collect(futures[fut], *fut.result())
@@ -259,4 +262,6 @@ def validate(split: str, *, root: str | os.PathLike | None = None, variants: Ite
     no_bench = [f.id for f in fixtures if not bench_files(f.path, f.token)]
     return Report(split=split, variants=names, rows=rows, catalog_fingerprint=catalog.fingerprint(),
                   model_fingerprint=model_fingerprint(catalog), overrides=overrides,
-                  elapsed_s=time.perf_counter() - t_start, extras={"no_link_bench": no_bench})
+                  elapsed_s=time.perf_counter() - t_start,
+                  extras={"no_link_bench": no_bench, "fixtures_root": str(root_path),
+                          "fixture_set": "all" if ids is None else ",".join(sorted(f.id for f in fixtures))})

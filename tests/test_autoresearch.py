@@ -437,3 +437,67 @@ def test_log_keeps_iterations_recorded_on_another_machine(env, state, capsys):
     text = (state / "LOG.md").read_text()
     assert "from another clone" in text and "## Iteration 41: reverted" in text
     assert "from another clone" in render(collect(None))
+
+
+@pytest.mark.parametrize("site, words", [
+    ("stacks.fixture_megatron.k_floor_ms.l9", "no such catalog path; did you mean stacks.fixture_megatron.k_floor_ms.l4?"),
+    ("stacks.fixture_megatron.nosuch", "no such catalog path"),
+    ("/etc/passwd", "is outside the repo"),
+    ("nosuchdir/x.py", "is neither a path in the repo"),
+])
+def test_propose_refuses_a_change_site_that_names_nothing(env, state, capsys, site, words):
+    code, out, err = run(capsys, "propose", "--hypothesis", "h", "--change-site", site, "--expect", "e")
+    assert code == 2 and words in err and not out and len(err.strip().splitlines()) == 1, err
+    assert ledger.Ledger().open_iteration() is None
+
+
+@pytest.mark.parametrize("site", ["stacks.fixture_megatron.k_floor_ms.l4", "stacks.fixture_megatron.k_floor_ms",
+                                  "hops/model/compute.py", "hops/model/a_new_term.py"])
+def test_propose_takes_a_catalog_value_or_mapping_and_a_file_of_the_repo_new_or_not(env, state, capsys, site):
+    assert run(capsys, "propose", "--hypothesis", "h", "--change-site", site, "--expect", "e")[0] == 0
+    assert run(capsys, "revert", "--reason", "test")[0] == 0
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["validate", "--split", "train", "--jobs", "-1"], "argument --jobs: expected an integer >= 0, got -1"),
+    (["gate", "--jobs", "-3"], "argument --jobs: expected an integer >= 0, got -3"),
+    (["observe", "--top", "0"], "argument --top: expected an integer >= 1, got 0"),
+    (["search", "--space", "compute", "--trials", "0"], "argument --trials: expected an integer >= 1, got 0"),
+])
+def test_a_count_below_its_range_is_refused_in_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as exc:  # argparse's own exit
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_fixture_scenario_that_is_not_yaml_is_one_line_with_its_line(env, capsys, tmp_path):
+    root = tmp_path / "fx"
+    src = env["root"] / "train" / "cluster_results" / TRAIN[0]
+    shutil.copytree(src, root / "train" / "cluster_results" / TRAIN[0])
+    scen = root / "train" / "cluster_results" / TRAIN[0] / "hops.base.yaml"
+    scen.write_text(scen.read_text() + "simulation: [\n")
+    code, out, err = run(capsys, "validate", "--split", "train", "--fixtures", str(root))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert f"{scen}: line {len(scen.read_text().splitlines()) + 1}: invalid YAML (expected the node content" in lines[0]
+
+
+def test_a_validate_run_records_the_fixture_root_and_set_it_scored(env, state, capsys):
+    assert run(capsys, "validate", "--split", "train", "--fixtures", str(env["root"]), "--fixture", TRAIN[0])[0] == 0
+    book = ledger.Ledger()
+    runs = book.client.search_runs([book.client.get_experiment_by_name(ledger.CALIBRATION).experiment_id],
+                                   order_by=["attributes.start_time DESC"], max_results=1)
+    assert runs[0].data.params["fixtures_root"] == str(env["root"]) and runs[0].data.params["fixture_set"] == TRAIN[0]
+
+
+def test_search_proposes_nothing_when_no_trial_beats_the_current_values():
+    from autoresearch.search import Param, SearchResult, render
+
+    current = float(Catalog.load().as_dict()["stacks"]["fixture_megatron"]["compute_time_coefficient"])
+    p = Param("compute_coefficient", "stacks.fixture_megatron.compute_time_coefficient", 1.0, 2.3, "r")
+    trial = {"number": 0, "value": 2.4, "values": {p.path: current}, "mape": 1.9, "bubble_mae_pp": 0.5}
+    text = render(SearchResult("s", "sqlite:///x", [p], {"mape": 1.0}, trial, trial, 2, "run"))
+    assert text.endswith("no trial beat the current catalog values; nothing to propose") and "gate --set" not in text
+    better = {**trial, "number": 1, "value": 2.0, "values": {p.path: current - 0.1}}
+    assert "gate --set" in render(SearchResult("s", "sqlite:///x", [p], {"mape": 1.0}, better, trial, 2, "run"))

@@ -156,6 +156,7 @@ def test_each_error_names_file_and_line(tmp_path, mutation, words):
     ("end_wall_ns", 2**63, "end_wall_ns 9223372036854775808 is beyond int64"),
     ("start_wall_ns", -2**63 - 1, "start_wall_ns -9223372036854775809 is beyond int64"),
     ("end_wall_ns", 10**40, "end_wall_ns 10000000000000000000000000000000000000000 is beyond int64"),
+    ("start_wall_ns", -5, "start_wall_ns -5 is negative, expected a wall-clock time in ns since the Unix epoch"),
 ])
 def test_an_event_that_cannot_belong_to_the_run_is_refused(tmp_path, field, value, words):
     """A 12-day compute event in a run of milliseconds, or a time past int64, imported cleanly and
@@ -165,6 +166,19 @@ def test_an_event_that_cannot_belong_to_the_run_is_refused(tmp_path, field, valu
         load(root, tmp_path)
     msg = str(err.value)
     assert "rank1.jsonl:3: " in msg and words in msg and "expected" in msg, msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("shift, where", [(-10**15, "before"), (10**15, "after")])
+def test_a_short_event_shifted_away_from_its_run_is_refused(tmp_path, shift, where):
+    """A well-formed event whose clock jumped: its duration is plausible, its place is not."""
+    ranks = _mutate(two_stage_trace())
+    ranks[1][2] = {**ranks[1][2], "start_wall_ns": ranks[1][2]["start_wall_ns"] + shift,
+                   "end_wall_ns": ranks[1][2]["end_wall_ns"] + shift}
+    with pytest.raises(TraceError) as err:
+        load(write_fixture(tmp_path / "f", ranks), tmp_path)
+    msg = str(err.value)
+    assert "rank1.jsonl:3: event lies " in msg and f"s) {where} the rest of the run, which spans" in msg, msg
     assert "\n" not in msg
 
 

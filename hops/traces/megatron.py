@@ -72,7 +72,8 @@ def strict_json(text: str, where: str, what: str):
     try:
         return _STRICT.decode(text)
     except ValueError as exc:
-        detail = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        detail = f"{exc.msg.removesuffix(' at')} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) \
+            else str(exc)
         raise TraceError(f"{where}: invalid JSON ({detail}), expected {what}") from None
 
 
@@ -185,6 +186,9 @@ def _check(rec, path: Path, lineno: int, devices: tuple[str, ...]):
         if not INT64[0] <= rec[name] <= INT64[1]:
             raise TraceError(f"{where}: {name} {echo(rec[name])} is beyond int64, expected a wall-clock time in ns "
                              f"within +-2^63")
+    if rec["start_wall_ns"] < 0:
+        raise TraceError(f"{where}: start_wall_ns {rec['start_wall_ns']} is negative, expected a wall-clock time in "
+                         f"ns since the Unix epoch")
     if rec["end_wall_ns"] < rec["start_wall_ns"]:
         raise TraceError(f"{where}: end_wall_ns {rec['end_wall_ns']} is before start_wall_ns "
                          f"{rec['start_wall_ns']}, expected end >= start")
@@ -216,7 +220,8 @@ def _read_events(files: list[Path], devices: tuple[str, ...]) -> list[dict]:
 
 
 def _check_within_run(events: list[dict]) -> None:
-    """No event lasts longer than the rest of the run spans: such an event cannot belong to it.
+    """No event lasts longer than the rest of the run spans, or lies further from it than that
+    span: such an event cannot belong to it.
 
     A clock jump or a corrupt field (a compute event of 10^15 ns, twelve days, in a run of
     seconds) imported cleanly and then stretched the measured window by a million, so the
@@ -237,6 +242,12 @@ def _check_within_run(events: list[dict]) -> None:
             raise TraceError(f"{e['_file']}:{e['_line']}: event lasts {took:,} ns ({took / 1e9:.3g} s) but the rest "
                              f"of the run spans {span:,} ns ({span / 1e9:.3g} s), expected an event inside its run "
                              f"(a clock jump or a corrupt start_wall_ns/end_wall_ns?)")
+        apart = max(first - e["end_wall_ns"], e["start_wall_ns"] - last)
+        if apart > span:
+            raise TraceError(f"{e['_file']}:{e['_line']}: event lies {apart:,} ns ({apart / 1e9:.3g} s) "
+                             f"{'before' if first > e['end_wall_ns'] else 'after'} the rest of the run, which spans "
+                             f"{span:,} ns ({span / 1e9:.3g} s), expected an event inside its run (a clock jump or a "
+                             f"corrupt start_wall_ns/end_wall_ns?)")
 
 
 def _check_complete(events: list[dict], devices: tuple[str, ...]) -> None:
