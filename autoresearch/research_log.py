@@ -123,7 +123,8 @@ def render(records: list[dict]) -> str:
     summary = ["| # | outcome | hypothesis | link_calibrated MAPE % | spec MAPE % | patch |", "|---|---|---|---|---|---|"]
     for r in records:
         b, a = r.get("before") or {}, r.get("after")
-        cells = [_cell((b.get(v) or {}).get("mape"), None if a is None else (a.get(v) or {}).get("mape"))
+        whatif = " (what-if)" if r.get("after_whatif") not in (None, "", "none") and a is not None else ""
+        cells = [_cell((b.get(v) or {}).get("mape"), None if a is None else (a.get(v) or {}).get("mape")) + whatif
                  for v in ("link_calibrated", "spec")]
         hyp = (r.get("hypothesis") or "").replace("|", "\\|")
         patch = f"[patch]({r['patch']})" if r.get("patch") else ""

@@ -27,7 +27,13 @@ def read_request(path: Path):
     from hops.schema.document import read_yaml_file
     from hops.schema.plan import PlanRequestModel
 
+    from hops.errors import ScenarioError
+    from hops.scenario import kind_of
+
     data = read_yaml_file(path)
+    if not isinstance(data, dict):
+        found = "the file is empty" if data is None else f"the file's top level is {kind_of(data)}"
+        raise ScenarioError("request", f"{found}; expected a mapping with model, inventory and training", str(path))
     req = validate(data, str(path), PlanRequestModel)
     model = {k: v for k, v in req.model.model_dump().items() if v is not None}
     pools = [Pool(p.gpu, p.nodes, p.gpus_per_node, p.host, p.price_per_gpu_hour) for p in req.inventory]
@@ -53,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                             max_pipeline=tr.max_pipeline)
         result = planner.plan(schedules=tr.schedules, dp=tr.data_parallel, verify_top=args.top)
     except HopsError as exc:
+        if isinstance(exc, ScenarioError) and getattr(exc, "source", "") is None:  # the planner's own checks
+            exc = ScenarioError(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(args.request))
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows = [(f"plan {i + 1}", p) for i, p in enumerate(result.candidates)]

@@ -501,3 +501,14 @@ def test_search_proposes_nothing_when_no_trial_beats_the_current_values():
     assert text.endswith("no trial beat the current catalog values; nothing to propose") and "gate --set" not in text
     better = {**trial, "number": 1, "value": 2.0, "values": {p.path: current - 0.1}}
     assert "gate --set" in render(SearchResult("s", "sqlite:///x", [p], {"mape": 1.0}, better, trial, 2, "run"))
+
+
+def test_the_logs_summary_row_marks_numbers_that_came_from_a_what_if_gate():
+    from autoresearch.research_log import render
+
+    rec = {"iteration": 61, "outcome": "reverted", "hypothesis": "h", "before": {"spec": {"mape": 1.89}},
+           "after": {"spec": {"mape": 1.88}}, "after_whatif": "stacks.fixture_megatron.iteration_overhead_ms=6.2"}
+    row = next(line for line in render([rec]).splitlines() if line.startswith("| 61 |"))
+    assert "1.89 → 1.88 (what-if)" in row
+    assert "(what-if)" not in next(line for line in render([{**rec, "after_whatif": "none"}]).splitlines()
+                                   if line.startswith("| 61 |"))

@@ -195,6 +195,37 @@ def test_the_cli_refuses_a_bad_request_in_one_line(tmp_path, capsys, training, f
     assert err.count("\n") == 0 and field in err, err
 
 
+@pytest.mark.parametrize("text,words", [("", "request: the file is empty; expected a mapping"),
+                                        ("- a\n- b\n", "request: the file's top level is a list; expected a mapping")])
+def test_a_request_that_is_no_mapping_is_one_line_naming_the_file(tmp_path, capsys, text, words):
+    from hops.plan import main
+
+    f = tmp_path / "req.yaml"
+    f.write_text(text)
+    assert main([str(f)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {f}: {words} with model, inventory and training"
+
+
+def test_an_unknown_gpu_of_the_inventory_names_the_request_file(tmp_path, capsys):
+    from hops.plan import main
+
+    f = request_file(tmp_path)
+    f.write_text(f.read_text().replace("gpu: ", "gpu: x", 1))
+    assert main([str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {f}: inventory[0].gpu: got 'x") and "\n" not in err, err
+
+
+def test_the_plan_table_survives_a_reader_that_stops_after_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"{sys.executable} -m hops.plan {request_file(tmp_path)} | head -1", shell=True,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.endswith("configurations searched; simulated plans, best first:\n") and not proc.stderr, \
+        proc.stderr
+
+
 def test_a_mixture_of_experts_without_expert_parallelism_is_planned_by_its_active_and_held_weights():
     """Every expert on every replica: the plan's GPUs hold all experts' weights (more memory
     than the dense model) and run top_k of them per token (more time than the dense model)."""

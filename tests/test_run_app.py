@@ -754,3 +754,8 @@ def test_sweep_of_a_missing_directory_says_so_in_one_line(tmp_path, command):
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: sweep directory not found: {missing}\n", "")
     proc = run()
     assert (proc.returncode, proc.stderr) == (2, f"usage: {command} SWEEP_DIR\n")
+    single = tmp_path / "one_run"
+    assert cli("output.plots=false", f"hydra.run.dir={single}").returncode == 0
+    proc = run(str(single))
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: {single} is one run's directory, not a sweep's")
+    assert not (single / "sweep_results.csv").exists()

@@ -123,6 +123,24 @@ def test_efficiency_reproduces_the_legacy_roofline(stack):
     assert f == pytest.approx(1.0 / (312 * 0.5) * 1000 + launch)
 
 
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["pipeline"]["stages"][0]["compute"].update(efficiency={"compute": -0.76}),
+     "pipeline.stages[0].compute.efficiency.compute: got -0.76; expected a number in (0, 1]"),
+    (lambda d: d["optimizer"].update(allreduce={"algorithm": "tree"}),
+     "optimizer.allreduce.algorithm: got 'tree'; expected ring or naive"),
+])
+def test_a_bad_legacy_field_is_named_as_the_file_names_it_with_its_real_range(edit, words):
+    doc = {"simulation": {"microbatches": 1}, "hardware": {"devices": [{"id": "g", "gpu": "a100"}]},
+           "optimizer": {"enabled": True},
+           "pipeline": {"stages": [{"device": "g", "compute": {"mode": "analytical", "tflop": 1.0}}]}}
+    edit(doc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LegacyScenarioWarning)
+        with pytest.raises(hops.ScenarioError) as err:
+            hops.simulate(doc)
+    assert str(err.value) == words
+
+
 def test_per_stage_jitter_spreads_only_that_stage():
     doc = {"simulation": {"microbatches": 16}, "hardware": {"devices": [{"id": "a", "gpu": "h100", "node": "n"},
                                                                         {"id": "b", "gpu": "h100", "node": "n"}],

@@ -499,7 +499,8 @@ def memory_lines(s: dict) -> list[str]:
     over = [d for d in order if d in (s.get("memory_over_capacity") or [])]
 
     def gb(d: str) -> str:
-        return f"{d} {peak[d] / 1000:.1f}/{cap.get(d, float('nan')) / 1000:.0f} GB"
+        c = cap.get(d, float("nan")) / 1000
+        return f"{d} {peak[d] / 1000:.1f}/{c:.0f} GB" if not c >= 1e6 else f"{d} {peak[d] / 1000:.1f}/{c:.3g} GB"
 
     if len(order) > COMPACT_DEVICES:
         ratio = {d: peak[d] / cap[d] if cap.get(d) else float("nan") for d in order}

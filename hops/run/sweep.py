@@ -268,6 +268,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m hops.run.sweep") 
     if not Path(args[0]).is_dir():
         print(f"error: sweep directory not found: {args[0]}", file=sys.stderr)
         return 2
+    if (Path(args[0]) / ".hydra").is_dir() and not (Path(args[0]) / "multirun.yaml").is_file():
+        print(f"error: {args[0]} is one run's directory, not a sweep's (a -m run's directory holds multirun.yaml "
+              f"and a directory per job)", file=sys.stderr)
+        return 2
     path = write_sweep_table(Path(args[0]))
     if path is None:
         print(f"error: no Hydra jobs under {args[0]}", file=sys.stderr)
@@ -277,7 +281,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m hops.run.sweep") 
     if bad:
         interrupted = sum(1 for _, status in bad if status.startswith("interrupted"))
         print(f"error: {len(bad)} of the sweep's jobs did not finish ({interrupted} interrupted, "
-              f"{len(bad) - interrupted} failed); job {bad[0][0]}: {bad[0][1]}", file=sys.stderr)
+              f"{len(bad) - interrupted} failed); job {bad[0][0]}: {bad[0][1].removeprefix('error: ')}", file=sys.stderr)
         return 2
     return 0
 

@@ -146,7 +146,7 @@ class _Translator:
         for key, field_, factor in (("compute", "peak_tflops", coeff), ("memory", "memory_bandwidth_gbps", 1.0)):
             if key not in eff:
                 continue
-            e = self.number(eff[key], f"{path}.{key}", ge=0)
+            e = self.number(eff[key], f"{path}.{key}")  # the bound below: (0, 1]
             if not 0 < e <= 1:
                 self.fail(f"{path}.{key}", f"got {echo(eff[key])}; expected a number in (0, 1]")
             value = float(preset[field_]) * e * factor
@@ -192,6 +192,9 @@ class _Translator:
             dp = opt.setdefault("data_parallel", {}) or {}
             opt["data_parallel"] = dp
             if "algorithm" in allreduce:
+                if allreduce["algorithm"] not in ("ring", "naive"):  # named as the file names it
+                    self.fail("optimizer.allreduce.algorithm", f"got {echo(allreduce['algorithm'])}; expected ring "
+                                                               f"or naive")
                 dp.setdefault("algorithm", allreduce["algorithm"])
         gradient = opt.pop("gradient_mb", None)
         if gradient is not None or allreduce is not None:
