@@ -242,10 +242,9 @@ def scenario_document(cfg, hc) -> tuple[dict, str]:
     from omegaconf import OmegaConf
 
     from hops.errors import ScenarioError
-
-    choices = dict(hc.runtime.choices)
     from hops.run.file_deletions import PREFIX
 
+    choices = dict(hc.runtime.choices)
     unknown = sorted(set(cfg.keys()) - {*SECTIONS, *TOP_LEVEL_KEYS, PREFIX.rstrip(".")})
     if unknown:  # `+foo=1` adds a key Hydra's struct mode lets through; nothing would read it
         raise ScenarioError(str(unknown[0]), f"unknown top-level key; expected a scenario section "
@@ -526,13 +525,13 @@ def memory_lines(s: dict) -> list[str]:
 
 def format_summary(result, name: str, paths: dict[str, Path]) -> str:
     s = result.summary
-    tp = s["throughput"]
+    tp, its = s["throughput"], s["window"]["iterations"]
     lines = [f"HOPS {name}: {len(s.get('stages', []))} stages, schedule {schedule_text(s)}, seed {s.get('seed')}",
              f"  throughput     {tp['samples_per_s']:.2f} samples/s  ({tp['microbatches_per_s']:.2f} microbatches/s"
              + (f" per pipeline x {tp['data_parallel_replicas']} data-parallel replicas"
                 if tp.get("data_parallel_replicas", 1) > 1 else "") + f", {tp['iterations_per_s']:.3f} iterations/s)",
              f"  bubble         {100 * s['bubble_ratio']:.1f} %{_idle_split(s)}   makespan {s['makespan_ms']:.0f} ms over "
-             f"{s['window']['iterations']} iteration{'s' if s['window']['iterations'] != 1 else ''}, microbatch latency p50 {s['latency_ms']['p50']:.1f} / "
+             f"{its} iteration{'s' if its != 1 else ''}, microbatch latency p50 {s['latency_ms']['p50']:.1f} / "
              f"p99 {s['latency_ms']['p99']:.1f} ms"]
     worst = slowest_stage(s)
     if worst:
@@ -669,7 +668,7 @@ def _scenario_field(full_key: str) -> bool:
             continue
         ann = unwrap(ann)
         if typing.get_origin(ann) is dict:
-            return True  # an open mapping (scheduler_options, stack_options): its keys are checked by hops
+            return True  # an open mapping (scheduler_options): hops checks its keys
         if typing.get_origin(ann) is list and typing.get_args(ann):
             ann = unwrap(typing.get_args(ann)[-1])
             if part.isdigit():

@@ -245,7 +245,7 @@ def write_sweep_table(sweep_dir: Path, filename: str = "sweep_results.csv", sinc
 
     columns = ["job", *keys, "status", *METRICS, "dir"]
     frame = pd.DataFrame(rows).reindex(columns=columns)
-    for col in ("job", "seed"):  # integers, even when a failed job leaves a hole
+    for col in ("job", "seed", "virtual_stages"):  # integers, even when a failed job leaves a hole
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
     path = Path(sweep_dir) / filename
     frame.to_csv(path, index=False)
