@@ -324,14 +324,20 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("args,pattern", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, pattern):
+def one_line_error(tmp_path, capsys, *args: str) -> str:
+    """The one stderr line of a run that a user error ends with exit code 2."""
     with pytest.raises(SystemExit) as exc:
         run_inproc(tmp_path, *args, "output.plots=false")
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
-    assert re.search(pattern, err[0]), err[0]
+    return err[0]
+
+
+@pytest.mark.parametrize("args,pattern", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, pattern):
+    err = one_line_error(tmp_path, capsys, *args)
+    assert re.search(pattern, err), err
 
 
 @pytest.fixture
@@ -358,12 +364,8 @@ def own_scenario():
 ])
 def test_a_mistake_in_a_scenario_file_of_conf_names_the_file_in_one_line(tmp_path, capsys, own_scenario, text, error):
     path = own_scenario("users_own", "# @package _global_\n" + text)
-    with pytest.raises(SystemExit) as exc:
-        run_inproc(tmp_path, "+scenario=users_own", "output.plots=false")
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {path}: "), err
-    assert re.search(error, err[0]), err[0]
+    err = one_line_error(tmp_path, capsys, "+scenario=users_own")
+    assert err.startswith(f"error: {path}: ") and re.search(error, err), err
 
 
 def test_a_bad_value_given_on_the_command_line_is_not_blamed_on_the_scenario_file(tmp_path, capsys):
@@ -382,12 +384,8 @@ def test_a_scenario_file_that_is_empty_or_holds_a_section_that_is_no_mapping_is_
                                                                                          error):
     f = tmp_path / "mine.yaml"
     f.write_text(text)
-    with pytest.raises(SystemExit) as exc:
-        run_inproc(tmp_path, f"scenario_file={f}", "output.plots=false")
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {f}: "), err
-    assert re.search(error, err[0]), err[0]
+    err = one_line_error(tmp_path, capsys, f"scenario_file={f}")
+    assert err.startswith(f"error: {f}: ") and re.search(error, err), err
 
 
 def test_a_directory_given_as_scenario_file_is_named_as_a_directory(tmp_path, capsys):
