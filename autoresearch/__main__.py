@@ -37,7 +37,8 @@ def _add_validate(subparsers) -> None:
     p.add_argument("--fixture", action="extend", nargs="+", metavar="ID", help="only these fixture ids")
     p.add_argument("--fixtures", metavar="ROOT", help="fixture root (default: $HOPS_FIXTURES, else ./fixtures)")
     p.add_argument("--json", metavar="PATH", help="also write the machine-readable report here")
-    p.add_argument("--jobs", type=at_least(0), default=1, metavar="N", help="worker processes (default 1; 0 = all cores)")
+    p.add_argument("--jobs", type=at_least(0), default=1, metavar="N",
+                   help="worker processes (default 1; 0 = all cores)")
     p.add_argument("--set", action="extend", nargs="+", default=None, metavar="KEY=VALUE",
                    help="catalog what-if without editing files, e.g. stacks.fixture_megatron.k_floor_ms.l4=1.2 or "
                         "devices.a10g.memory_bandwidth_gbps=500")

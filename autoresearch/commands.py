@@ -32,7 +32,8 @@ def _fixtures(p) -> None:
 
 
 def _jobs(p) -> None:
-    p.add_argument("--jobs", type=at_least(0), default=1, metavar="N", help="worker processes (default 1; 0 = all cores)")
+    p.add_argument("--jobs", type=at_least(0), default=1, metavar="N",
+                   help="worker processes (default 1; 0 = all cores)")
 
 
 def _split(p, default: str | None = "train") -> None:
