@@ -3,7 +3,7 @@
 A terminal's Ctrl-C reaches the whole process group. With a bare ProcessPoolExecutor the
 workers take the KeyboardInterrupt too, in the middle of a read from the call queue or with
 one of its locks held, and the parent's exit then waits on them for good. Here the workers
-ignore SIGINT, so only the parent acts on it: it cancels what has not started and terminates
+ignore SIGINT, so only the parent acts on it: it cancels what has not started and kills
 the workers, which hold nothing a later command needs (their results go nowhere else).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def interruptible_pool(max_workers: int, **kwargs):
         workers = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown forgets them
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in workers:
-            proc.terminate()
+            proc.kill()  # SIGKILL: a worker has nothing to save, and nothing can delay it
         for proc in workers:
             proc.join(timeout=5)
         raise

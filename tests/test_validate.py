@@ -326,7 +326,7 @@ def empty_root(tmp_path) -> Path:
     (["--fixture", "exp_nope"], "unknown fixture id 'exp_nope'"),
     (["--variant", "oracle"], "unknown variant 'oracle'"),
     (["--split", "nosuchsplit"], "split 'nosuchsplit' not found"),
-    (["--jobs", "two"], "invalid int value"),
+    (["--jobs", "two"], "argument --jobs: expected an integer >= 0, got 'two'"),
 ])
 def test_cli_user_errors_are_one_line_exit_2(empty_root, args, needle):
     base = ["validate", "--fixtures", str(empty_root)]
