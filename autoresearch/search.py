@@ -315,7 +315,7 @@ def render(r: SearchResult) -> str:
     lines.append(f"best trial {b['number']}: objective {b['value']:.3f} (MAPE {b['mape']:.2f}%, bubble MAE "
                  f"{b['bubble_mae_pp']:.2f} pp)")
     current = dotted_items(Catalog.load().as_dict(), keep_empty=False)
-    if r.baseline and b["number"] == r.baseline["number"] or all(
+    if (r.baseline and b["number"] == r.baseline["number"]) or all(
             math.isclose(b["values"][p.path], float(current[p.path])) for p in r.params):
         lines.append("no trial beat the current catalog values; nothing to propose")
         return "\n".join(lines)

@@ -22,13 +22,12 @@ from hops.errors import HopsError
 
 def read_request(path: Path):
     """(model mapping, pools, training section) of a request file, checked field by field."""
+    from hops.errors import ScenarioError
     from hops.planner import Pool
+    from hops.scenario import kind_of
     from hops.schema import validate
     from hops.schema.document import read_yaml_file
     from hops.schema.plan import PlanRequestModel
-
-    from hops.errors import ScenarioError
-    from hops.scenario import kind_of
 
     data = read_yaml_file(path)
     if not isinstance(data, dict):
