@@ -187,9 +187,9 @@ def run_noise(args) -> int:
                "twins": [{**t.__dict__, "throughput_pct": t.throughput_pct, "bubble_pp": t.bubble_pp} for t in n.twins],
                "not_twins": [list(p) for p in n.not_twins],
                "slow_iterations": {"slow_share": n.slow_share, "runs": [s.__dict__ for s in n.slow.values()]}}
+        if not Path(args.json).parent.is_dir():  # as validate --json: a typo'd directory is not created
+            raise HopsError(f"--json {args.json}: cannot write (no directory {Path(args.json).parent})")
         try:
-            if not Path(args.json).parent.is_dir():  # as validate --json: a typo'd directory is not created
-                raise FileNotFoundError(2, "No such file or directory")
             ledger.atomic_write(Path(args.json), json.dumps(doc, indent=1, allow_nan=False) + "\n")
         except (OSError, ValueError) as exc:
             raise HopsError(f"--json {args.json}: cannot write ({exc})") from None

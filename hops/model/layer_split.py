@@ -117,15 +117,18 @@ def fitting(scenario, catalog: Catalog, topo: Topology, placement, v: int, most:
     from hops.model.memory import memory_summary
 
     ends = (placement[0][0], placement[-1][0])
+
+    def sized(st, layers: int):
+        return dataclasses.replace(st, layers=float(layers), compute=derived_compute(scenario.architecture, layers,
+                                                                                     scenario.micro_batch_size))
+
+    base = [sized(s, v) for s in scenario.stages]  # the others at one unit: only stage i's own peak is read
     fits = []
     for i, st in enumerate(scenario.stages):
         gpus = st.gpus if st.tp > 1 else (st.device,)
         row = [True]
         for n in range(1, most + 1):
-            stages = tuple(dataclasses.replace(s, layers=float(n * v if k == i else v),
-                                               compute=derived_compute(scenario.architecture, n * v if k == i else v,
-                                                                       scenario.micro_batch_size))
-                           for k, s in enumerate(scenario.stages))
+            stages = tuple(base[:i] + [sized(st, n * v)] + base[i + 1:])
             mem = memory_summary(dataclasses.replace(scenario, stages=stages), topo, catalog, held, 0.0, ends, v)
             row.append(all(mem["peak_memory_mb"][g] <= mem["memory_capacity_mb"][g] for g in gpus))
             if not row[-1]:
