@@ -151,7 +151,9 @@ def run_horizon(sc: Scenario, topo: Topology, catalog: Catalog, summary: dict, s
         mtbf = resolve_device_mtbf(cfg, pairs, {k: v["mtbf_hours"] for k, v in catalog.devices.items()})
     iteration_ms = 1000.0 / summary["throughput"]["iterations_per_s"]
     comm = summary["communication_overhead"]
-    return simulate_horizon(cfg, iteration_ms=iteration_ms, n_devices=len(sc.devices), seed=seed,
+    # the job is every data-parallel replica of the pipeline: each replica's GPUs fail, and any
+    # failure stops the synchronous job (failure.devices.count, when given, says it instead)
+    return simulate_horizon(cfg, iteration_ms=iteration_ms, n_devices=len(sc.devices) * sc.dp_degree, seed=seed,
                             straggler_slowdown=1.0, comm_fraction=min(1.0, comm / (1.0 + comm)),
                             device_mtbf_hours=mtbf,
                             samples_per_iteration=sc.microbatches * sc.micro_batch_size * sc.dp_degree)

@@ -1,6 +1,8 @@
 """hops.simulate with a failure section: stragglers reach the detailed run, faults the horizon."""
 import copy
 
+import pytest
+
 import hops
 from builders import pipeline
 
@@ -35,3 +37,52 @@ def test_faults_cost_goodput_and_are_reproducible():
     b = hops.simulate(with_failure(copy.deepcopy(section))).summary["failures"]
     assert a == b
     assert a["count"] > 0 and 0 < a["goodput_ratio"] < 1
+
+
+def data_parallel(sc, degree):
+    sc["optimizer"] = {"enabled": True, "data_parallel": {"degree": degree, "interconnect": "nvlink"}}
+    return sc
+
+
+def test_a_data_parallel_job_fails_as_often_as_all_of_its_replicas_gpus():
+    """Each replica's GPUs fail; any failure stops the synchronous job, so d replicas fail d times as often."""
+    section = {"enabled": True, "horizon_hours": 24, "devices": {"mtbf_hours": 50000}}
+    one = hops.simulate(data_parallel(with_failure(copy.deepcopy(section)), 1)).summary["failures"]
+    eight = hops.simulate(data_parallel(with_failure(copy.deepcopy(section)), 8)).summary["failures"]
+    assert one["job_mtbf_hours"] == pytest.approx(50000 / 4)  # the pipeline's 4 GPUs
+    assert eight["job_mtbf_hours"] == pytest.approx(50000 / 32)  # ... and the 28 of its 7 other replicas
+
+
+def test_a_given_device_count_still_says_how_large_the_job_is():
+    section = {"enabled": True, "horizon_hours": 24, "devices": {"count": 1000, "mtbf_hours": 50000}}
+    summary = hops.simulate(data_parallel(with_failure(section), 8)).summary["failures"]
+    assert summary["job_mtbf_hours"] == pytest.approx(50000 / 1000)
+
+
+def test_a_straggler_in_any_replica_slows_the_data_parallel_job():
+    """Stragglers drawn on every replica's GPUs: at a 5 % chance per GPU, one pipeline of 4 GPUs
+    usually has none, while 16 replicas (64 GPUs) almost always hold one, and the pipeline runs at
+    the slowest copy's pace."""
+    drawn = {"enabled": True, "stragglers": {"drawn": {"probability": 0.05, "factor_range": [1.5, 1.5]}}}
+    hit = {d: 0 for d in (1, 16)}
+    for seed in range(20):
+        for degree in hit:
+            sc = data_parallel(with_failure(copy.deepcopy(drawn)), degree)
+            sc["simulation"]["seed"] = seed
+            stragglers = hops.simulate(sc).summary["stragglers"]
+            assert set(stragglers.values()) <= {1.5} and set(stragglers) <= {"g0", "g1", "g2", "g3"}
+            hit[degree] += bool(stragglers)
+    assert hit[1] <= 8 and hit[16] >= 18  # P(any of 4) = 0.19, P(any of 64) = 0.96
+
+
+def test_one_replica_draws_its_stragglers_as_before():
+    import numpy as np
+
+    from hops.failures import parse_failure, replica_stragglers, straggler_factors
+
+    cfg = parse_failure({"enabled": True, "stragglers": {"drawn": {"probability": 0.5}}})
+    ids = ["a", "b", "c"]
+    assert replica_stragglers(cfg, ids, 1, np.random.default_rng(3)) == straggler_factors(cfg, ids, np.random.default_rng(3))
+    many = straggler_factors(cfg, [*ids, *(f"{d}#replica{r}" for r in (1, 2) for d in ids)], np.random.default_rng(3))
+    assert replica_stragglers(cfg, ids, 3, np.random.default_rng(3)) == {
+        d: max(many[d], many[f"{d}#replica1"], many[f"{d}#replica2"]) for d in ids}

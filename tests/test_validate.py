@@ -323,6 +323,7 @@ def empty_root(tmp_path) -> Path:
 @pytest.mark.parametrize("args, needle", [
     (["--set", "model.no_such_constant=1"], "no_such_constant"),
     (["--set", "devices.a10g.memory_bandwidth_gbps=fast"], "expected a number"),
+    (["--set", "devices.a10g.memory_bandwidth_gbps="], "expected a value after '='"),
     (["--fixture", "exp_nope"], "unknown fixture id 'exp_nope'"),
     (["--variant", "oracle"], "unknown variant 'oracle'"),
     (["--split", "nosuchsplit"], "split 'nosuchsplit' not found"),

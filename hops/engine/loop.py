@@ -166,12 +166,12 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     samples = sample_chunks(compute, placement, exp, rngs["compute"], n_total)
     stragglers = {}
     if scenario.failure is not None:  # per-device slowdowns (fixed or drawn) stretch that device's compute
-        from hops.failures import straggler_factors
+        from hops.failures import replica_stragglers
 
         # a tensor-parallel group runs at its slowest GPU's pace
         group_of = {st.device: st.gpus for st in scenario.stages}
         gpus = list(dict.fromkeys(g for d in dev_ids for g in group_of[d]))
-        stragglers = straggler_factors(scenario.failure, gpus, rngs["straggler"])
+        stragglers = replica_stragglers(scenario.failure, gpus, scenario.dp_degree, rngs["straggler"])
         for s in range(p):
             factor = max(stragglers.get(g, 1.0) for g in group_of[stage_dev[s]])
             if factor != 1.0:

@@ -14,7 +14,7 @@ Schema (all keys optional unless marked; times in the unit their name says)::
       enabled: true
       horizon_hours: 168            # wall-clock span the long-horizon model covers
       devices:                      # the cluster, and whole-device failures
-        count: 16384                # GPUs in the job (default: the pipeline's devices)
+        count: 16384                # GPUs in the job (default: the pipeline's devices x data-parallel degree)
         per_node: 8                 # GPUs per host, for `per: node` components
         mtbf_hours: 50000           # number | "preset" (hardware preset mtbf_hours)
                                     # | {default: h, <gpu type>: h, <device id>: h}

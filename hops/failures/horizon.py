@@ -255,6 +255,25 @@ def straggler_factors(cfg: FailureConfig, device_ids: Sequence[str],
     return out
 
 
+def replica_stragglers(cfg: FailureConfig, device_ids: Sequence[str], replicas: int,
+                       rng: np.random.Generator) -> dict[str, float]:
+    """Per-device slowdown of the simulated pipeline when it stands for `replicas` data-parallel
+    copies of itself: each copy's GPUs draw their own stragglers, and each pipeline GPU takes the
+    slowest of its copies.
+
+    Why: the replicas meet at every iteration's gradient reduction, so a straggler in any of them
+    sets the job's pace; drawing over one replica's GPUs alone would make a larger job no more
+    likely to hold a straggler. Taking the slowest copy per position is exact while at most one
+    replica holds drawn stragglers (the usual case at small probabilities) and an upper bound
+    when stragglers in different replicas sit at different stages. Fixed stragglers name the
+    pipeline's own devices. With one replica this is straggler_factors, draw for draw."""
+    if replicas <= 1:
+        return straggler_factors(cfg, device_ids, rng)
+    copies = [f"{d}#replica{r}" for r in range(1, replicas) for d in device_ids]
+    drawn = straggler_factors(cfg, [*device_ids, *copies], rng)
+    return {d: max(drawn[d], *(drawn[f"{d}#replica{r}"] for r in range(1, replicas))) for d in device_ids}
+
+
 def _cluster_straggler_slowdown(cfg: FailureConfig, gpus: int, rng: np.random.Generator) -> float:
     """Slowest rank of the whole cluster: max of the fixed factors and of the drawn ones."""
     s = cfg.stragglers

@@ -141,6 +141,8 @@ def _normalize_overrides(overrides) -> list[tuple[str, Any]]:
         if "=" not in item:
             raise CatalogError(f"override {echo(item)}: expected KEY=VALUE, e.g. stacks.fixture_megatron.k_floor_ms.l4=1.2")
         key, raw = item.split("=", 1)
+        if not raw.strip():
+            raise CatalogError(f"override {echo(key.strip())}: expected a value after '=', e.g. {key.strip()}=1.2")
         value = safe_yaml.load(raw)
         out.append((key.strip(), value))
     return out
