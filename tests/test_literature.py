@@ -4,7 +4,7 @@ of the case with its change; the printed range spans them and the case itself)."
 import pytest
 
 import hops
-from experiments.literature.cases import CASES, on_gpu, unit_times
+from experiments.literature.cases import CASES, on_gpu, one_fewer_at_the_ends, unit_times, zb_paper
 from experiments.literature.run import metrics, run_case, spread
 
 INTERNEVO = next(c for c in CASES if c.name.startswith("InternEvo"))
@@ -33,6 +33,14 @@ def test_the_range_spans_the_case_and_every_reading():
     assert (sp["low"], sp["high"], sp["readings"]) == (min(preds), max(preds), len(INTERNEVO.readings) + 1)
     assert sp["inside"] == (min(preds) <= 1.114 <= max(preds))
     assert sp["ranking_kept"] == int(res["ranking_ok"]) + sum(p > 1.0 for p in res["readings"].predicted)
+
+
+@pytest.mark.parametrize("model,split", [("1.5B", [2, 3, 3, 3, 3, 3, 3, 2]), ("28.3B", [1] + [2] * 30 + [1])])
+def test_the_zb_papers_end_stages_reading_states_one_layer_fewer_at_each_end(model, split):
+    doc = zb_paper("1f1b", model)
+    one_fewer_at_the_ends(doc)
+    assert [st["layers"] for st in doc["pipeline"]["stages"]] == split
+    assert sum(split) == doc["pipeline"]["model"]["layers"]
 
 
 def test_a_case_without_readings_prints_no_range():

@@ -57,6 +57,14 @@ def untied_embeddings(doc: dict) -> None:
     doc["pipeline"]["model"]["tied_embeddings"] = False
 
 
+def one_fewer_at_the_ends(doc: dict) -> None:
+    """The first and last stage one layer short of the others: layers = p k - 2 stated per stage."""
+    stages = doc["pipeline"]["stages"]
+    k = (doc["pipeline"]["model"]["layers"] + 2) // len(stages)
+    for i, st in enumerate(stages):
+        st["layers"] = k - 1 if i in (0, len(stages) - 1) else k
+
+
 def precision(name: str) -> Callable[[dict], None]:
     def change(doc: dict) -> None:
         doc["pipeline"]["precision"] = name
@@ -263,7 +271,9 @@ CASES = (
                      "arrives first, a third grid-searched hyperparameter), and the memory model: HOPS holds a "
                      "microbatch's activations until its W ends, while the paper frees all but M_W at B, so HOPS's "
                      "limits are at least as tight as the paper's"),
-        readings=(Reading("untied embeddings (no first-last stage embedding sync)", untied_embeddings),)),
+        readings=(Reading("untied embeddings (no first-last stage embedding sync)", untied_embeddings),
+                  Reading("one layer fewer on the first and last stage (Table 3's layer counts are all p k - 2)",
+                          one_fewer_at_the_ends))),
     Case(
         name="ZB repository table: F = B = W, p 4, m 16",
         source="sail-sg/zero-bubble-pipeline-parallelism README table: bubble (p-1)/m, (p-1)/3m, 0, 0; activation "
