@@ -258,20 +258,29 @@ def straggler_factors(cfg: FailureConfig, device_ids: Sequence[str],
 def replica_stragglers(cfg: FailureConfig, device_ids: Sequence[str], replicas: int,
                        rng: np.random.Generator) -> dict[str, float]:
     """Per-device slowdown of the simulated pipeline when it stands for `replicas` data-parallel
-    copies of itself: each copy's GPUs draw their own stragglers, and each pipeline GPU takes the
-    slowest of its copies.
+    copies of itself: each copy's GPUs draw their own stragglers, and each pipeline GPU runs at
+    the slowest of its copies.
 
     Why: the replicas meet at every iteration's gradient reduction, so a straggler in any of them
     sets the job's pace; drawing over one replica's GPUs alone would make a larger job no more
     likely to hold a straggler. Taking the slowest copy per position is exact while at most one
     replica holds drawn stragglers (the usual case at small probabilities) and an upper bound
-    when stragglers in different replicas sit at different stages. Fixed stragglers name the
-    pipeline's own devices. With one replica this is straggler_factors, draw for draw."""
+    when stragglers in different replicas sit at different stages.
+
+    The pipeline's own copy draws exactly as straggler_factors does (fixed stragglers name its
+    devices), so adding replicas only ever slows a GPU. The other copies of a GPU are drawn in
+    closed form, in O(devices) whatever the degree: k of them straggle, k ~ Binomial(replicas - 1,
+    probability), and the slowest of k uniform factors on [lo, hi] is lo + (hi - lo) U^(1/k)."""
+    own = straggler_factors(cfg, device_ids, rng)
     if replicas <= 1:
-        return straggler_factors(cfg, device_ids, rng)
-    copies = [f"{d}#replica{r}" for r in range(1, replicas) for d in device_ids]
-    drawn = straggler_factors(cfg, [*device_ids, *copies], rng)
-    return {d: max(drawn[d], *(drawn[f"{d}#replica{r}"] for r in range(1, replicas))) for d in device_ids}
+        return own
+    s = cfg.stragglers
+    n = len(device_ids)
+    k = rng.binomial(replicas - 1, s.probability, size=n) if s.probability > 0 else np.zeros(n, dtype=np.int64)
+    u = rng.random(n)
+    lo, hi = s.factor_range
+    others = np.where(k > 0, lo + (hi - lo) * u ** (1.0 / np.maximum(k, 1)), 1.0)
+    return {d: max(own[d], float(others[i])) for i, d in enumerate(device_ids)}
 
 
 def _cluster_straggler_slowdown(cfg: FailureConfig, gpus: int, rng: np.random.Generator) -> float:
