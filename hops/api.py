@@ -1,6 +1,7 @@
 """`hops.simulate`: scenario in, Result (summary + Timeline) out. No Hydra, no MLflow here."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import numbers
 import subprocess
@@ -14,6 +15,7 @@ from hops.engine import loop as engine
 from hops.errors import ScenarioError
 from hops.outputs import files as outputs
 from hops.model import physical
+from hops.model.compute import StageTimes
 from hops.model.hardware import Catalog, Topology
 from hops.model.memory import memory_summary
 from hops.metrics import summarize
@@ -79,10 +81,11 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         "seed": seed,
         "stages": [{"stage": i, "device": st.device, "gpu": topo.devices[st.device].gpu,
                     "expected_ms": {"F": e.f, "B": e.b, "W": e.w, "BW": e.bw}, "layers": e.layers,
+                    "backward": backward,
                     # a tensor-parallel group: its GPUs and the collectives its passes leave exposed
                     **({"tensor_parallel": {"devices": list(st.gpus), "exposed_collective_ms":
                                             {"F": e.tp_f, "B": e.tp_b, "BW": e.tp_bw}}} if st.tp > 1 else {})}
-                   for i, (st, e) in enumerate(zip(sc.stages, res.expected))],
+                   for i, (st, (e, backward)) in enumerate(zip(sc.stages, stage_times(sc, res)))],
         "peak_in_flight": res.peak_in_flight,
         "link_contention": res.link_stats,
         "activation_mb": res.extras["activation_mb"],
@@ -102,6 +105,29 @@ def simulate(scenario: Any, seed: int | None = None, *, catalog: Catalog | None 
         summary["stragglers"] = {d: f for d, f in sorted(res.extras["stragglers"].items()) if f != 1.0}
     source = str(Path(scenario).resolve()) if isinstance(scenario, (str, Path)) else None
     return Result(sc, summary, res.timeline, extras, source=source)
+
+
+def stage_times(sc: Scenario, res) -> list[tuple[StageTimes, str]]:
+    """Each stage's expected per-microbatch times as the run placed its work, and how its backward
+    ran ("fused" BW, "split" into B and W, or "either", a scheduler's choice per microbatch).
+
+    With several model chunks per device the stage's times are the sum of its chunks' as the
+    schedule placed them: ZB-V runs the LM head on device 0, not on the last device, so the
+    stage's own one-chunk times would describe a placement that did not run."""
+    chunks, placement = res.extras["chunks"], res.extras["placement"]
+    split = res.extras["split_backward"]
+    modes = [split] * len(placement) if isinstance(split, bool) else list(split)
+    per_stage = []
+    for i, own in enumerate(res.expected):
+        mine = [k for k, (stage, _) in enumerate(placement) if stage == i]
+        kinds = {"either" if modes[k] == "either" else "split" if modes[k] else "fused" for k in mine}
+        backward = kinds.pop() if len(kinds) == 1 else "either"
+        if chunks is None:
+            per_stage.append((own, backward))
+            continue
+        total = {f.name: sum(getattr(chunks[k], f.name) for k in mine) for f in dataclasses.fields(StageTimes)}
+        per_stage.append((StageTimes(**total), backward))
+    return per_stage
 
 
 @functools.lru_cache(maxsize=1)

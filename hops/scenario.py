@@ -209,6 +209,8 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
             for end in ("src", "dst"):
                 if getattr(ln, end) not in device_ids:
                     _fail(f"{path}.{end}", f"unknown device {echo(getattr(ln, end))}; expected one of {known}", src)
+            if ln.src == ln.dst:
+                _fail(f"{path}.dst", f"{echo(ln.dst)} is src too; expected a link between two different devices", src)
             values = {}
             if getattr(ln, "type", None) is not None:
                 values.update(catalog.interconnects[_choice(ln.type, f"{path}.type", interconnects, src)])
@@ -243,6 +245,11 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         from hops.failures.config import from_model
 
         _check_failure_devices(m.failure, devices, src)
+        job = len(devices) * opt.data_parallel.degree
+        if m.failure.devices.count is not None and m.failure.devices.count < job:
+            _fail("failure.devices.count", f"got {m.failure.devices.count}; expected at least the job's {job} GPUs "
+                                           f"({len(devices)} in the pipeline x data-parallel degree "
+                                           f"{opt.data_parallel.degree})", src)
         failure = from_model(m.failure)
     out = m.output
     output = {"dir": out.dir, "plots": out.plots, "events": out.events, "chrome_trace": out.chrome_trace,
@@ -271,6 +278,7 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
         stack=stack, stack_options=stack_options, architecture=arch,
     )
     _check_whole_chunks(pipe, scenario, auto, src)
+    _check_hops(scenario, catalog, src)  # before layers: auto, whose planner times the stages over these links
     if auto:
         from hops.model.layer_split import split_layers
 
@@ -280,7 +288,6 @@ def _build(m, raw: dict, notes: tuple, catalog, src) -> Scenario:
                                 weights_mb=arch.stage_weights_mb(n, matrices[i], nbytes)
                                 if st.weights_derived else st.weights_mb)
             for i, (st, n) in enumerate(zip(scenario.stages, split))))
-    _check_hops(scenario, catalog, src)
     return scenario
 
 

@@ -104,3 +104,17 @@ def test_a_gpus_copies_straggle_as_often_as_the_binomial_says():
     assert slow.min() >= 1.1 and slow.max() <= 1.4
     huge = replica_stragglers(cfg, ids[:8], 10 ** 6, np.random.default_rng(0))
     assert all(f > 1.0 for f in huge.values())  # 10^4 expected straggling copies of each GPU
+
+
+def test_a_device_count_below_the_jobs_gpus_is_refused_naming_the_field():
+    from hops.errors import ScenarioError
+
+    sc = data_parallel(with_failure({"enabled": True, "devices": {"count": 7, "mtbf_hours": 50000}}), 2)
+    with pytest.raises(ScenarioError, match=r"failure\.devices\.count: got 7; expected at least the job's 8 GPUs "
+                                            r"\(4 in the pipeline x data-parallel degree 2\)"):
+        hops.simulate(sc)
+
+
+def test_a_goodput_ratio_never_exceeds_one():
+    summary = hops.simulate(with_failure({"enabled": True, "stragglers": {"fixed": {"g2": 1.5}}})).summary
+    assert summary["failures"]["goodput_ratio"] <= 1.0

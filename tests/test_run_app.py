@@ -79,6 +79,14 @@ def test_default_run_writes_every_output_and_prints_a_summary(default_run):
     assert summary["throughput"]["samples_per_s"] > 0
 
 
+@pytest.mark.parametrize("schedule,pattern", [("1f1b", r"F [\d.]+ \+ BW [\d.]+ = "),
+                                              ("zb_h1", r"F [\d.]+ \+ B [\d.]+ \+ W [\d.]+ = ")])
+def test_the_slowest_stage_line_shows_the_backward_as_the_schedule_ran_it(tmp_path, schedule, pattern):
+    proc = cli(f"pipeline.schedule={schedule}", "output.plots=false", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"slowest stage .*: " + pattern, proc.stdout), proc.stdout
+
+
 def test_trace_json_is_chrome_trace_with_stage_and_link_tracks(default_run):
     out, _ = default_run
     trace = json.loads((out / "trace.json").read_text())
@@ -319,6 +327,7 @@ BAD_INPUTS = [
     (["scenario_file="], r"scenario_file: empty; expected the path of a scenario YAML file"),
     (["scenario_file=/dev/null"], r"scenario_file: /dev/null is not a regular file"),
     (["simulation=5"], r"simulation=5: simulation is a config group; give one of its options by name \(default\)"),
+    (["failure=null"], r"failure=null: failure is a config group; .* failure\.enabled=false turns it off"),
     (["+foo=1"], r"foo: unknown top-level key; expected a scenario section"),
     (["pipeline.compute_jitter=1e6"], r"pipeline\.compute_jitter: got 1000000\.0; expected a number in \[0, 1\]"),
 ]

@@ -54,6 +54,8 @@ BAD = {
     "missing section": (lambda s: s.pop("hardware"), "hardware: missing section"),
     "negative weights": (lambda s: s["pipeline"]["stages"][1].update(weights_mb=-1), "pipeline.stages[1].weights_mb: got -1.0; expected a number >= 0"),
     "bad precision": (lambda s: s["pipeline"].update(precision="int3"), "pipeline.precision: got 'int3'"),
+    "link to itself": (lambda s: s["overrides"]["links"].append({"src": "g1", "dst": "g1", "latency_ms": 0.1}),
+                       "overrides.links[4].dst: 'g1' is src too; expected a link between two different devices"),
 }
 
 

@@ -330,6 +330,15 @@ def test_a_tp_group_spanning_nodes_is_refused():
     assert "spans nodes" in one_line_error(doc, "pipeline.stages[0].devices")
 
 
+@pytest.mark.parametrize("layers", [2, "auto"])
+def test_a_tp_group_without_a_link_between_its_gpus_is_refused_before_layers_are_planned(layers):
+    doc = groups_doc(2)
+    del doc["hardware"]["host"]  # no host preset: no NVLink between a node's GPUs unless same_node says so
+    for st in doc["pipeline"]["stages"]:
+        st["layers"] = layers
+    assert "no link inside the tensor-parallel group" in one_line_error(doc, "pipeline.stages[0].devices")
+
+
 def test_a_tp_group_mixing_gpu_types_is_refused():
     doc = groups_doc(4)
     doc["hardware"]["devices"][1]["gpu"] = "a100"
@@ -387,3 +396,20 @@ def test_replicas_without_a_link_are_refused_naming_the_field():
     del doc["hardware"]["interconnect"]
     with pytest.raises(ScenarioError, match="^optimizer.data_parallel.interconnect: missing"):
         hops.simulate(doc)
+
+
+@pytest.mark.parametrize("overlap,zb_wins", [("backward", False), ("all", True)])
+def test_a_split_backward_exposes_the_reductions_the_fused_one_hides_behind_its_weight_gradients(overlap, zb_wins):
+    """Megatron's default hides the input-gradient reductions behind the same layer's weight-gradient
+    GEMMs; ZB's B runs without them, so under TP its B + W outlasts BW and ZB-H1 can lose to 1F1B
+    (GPT-3 13B, PP 2 x TP 4, README). With --tp-comm-overlap nothing is exposed and ZB-H1 wins."""
+    rate = {}
+    for schedule in ("1f1b", "zb_h1"):
+        doc = groups_doc(4, stages=2, layers_per_stage=20, hidden=5120, heads=40, microbatches=32, optimizer=True)
+        doc["pipeline"]["schedule"] = schedule
+        doc["pipeline"]["stack_options"] = {"tensor_parallel_overlap": overlap}
+        summary = hops.simulate(doc).summary
+        rate[schedule] = summary["throughput"]["samples_per_s"]
+        e = summary["stages"][0]["expected_ms"]
+        assert (e["B"] + e["W"] > e["BW"] + 1.0) == (overlap == "backward")
+    assert (rate["zb_h1"] > rate["1f1b"]) == zb_wins

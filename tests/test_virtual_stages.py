@@ -422,3 +422,29 @@ def test_interleaved_keeps_the_lm_head_on_the_last_device(schedule):
 
 def test_without_the_model_shape_the_head_cannot_be_sized_and_nothing_moves():
     assert weights_only("zb_v", hidden_dim=None) == pytest.approx(weights_only("zb_h1", hidden_dim=None))
+
+
+LLAMA3_8B = {"layers": 32, "hidden_dim": 4096, "heads": 32, "kv_heads": 8, "ffn_dim": 14336, "ffn_gated": True,
+             "seq_len": 4096, "vocab_size": 128256, "tied_embeddings": False}
+
+
+def four_h100(schedule, v):
+    return {"simulation": {"microbatches": 16, "batches": 1},
+            "pipeline": {"schedule": schedule, "virtual_stages": v, "model": dict(LLAMA3_8B),
+                         "stages": [{"device": f"g{i}", "layers": 8} for i in range(4)]},
+            "hardware": {"host": "dgx_h100", "devices": [{"id": f"g{i}", "gpu": "h100_sxm", "node": "n0"}
+                                                         for i in range(4)]}}
+
+
+@pytest.mark.parametrize("schedule,v,head", [("1f1b", 1, "g3"), ("zb_h1", 1, "g3"), ("zb_v", 2, "g0")])
+def test_each_stages_expected_times_are_those_of_the_work_its_device_ran(schedule, v, head):
+    """summary.json's per-stage times sum the stage's chunks as the schedule placed them: ZB-V's V
+    ends on device 0, so the LM head's time is there, where the timeline runs it."""
+    r = hops.simulate(four_h100(schedule, v))
+    tl = r.timeline
+    for st in r.summary["stages"]:
+        ran = (tl.kind == "compute") & (tl.device == st["device"]) & (tl.phase == "F")
+        assert st["expected_ms"]["F"] == pytest.approx(float((tl.end_ms - tl.start_ms)[ran].sum()) / 16)
+        assert st["backward"] == ("fused" if schedule == "1f1b" else "split")
+    heaviest = max(r.summary["stages"], key=lambda st: st["expected_ms"]["F"])
+    assert heaviest["device"] == head

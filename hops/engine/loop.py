@@ -229,7 +229,8 @@ def run(scenario, catalog: Catalog, seed: int | None = None, *, topology: Topolo
     return EngineResult(tl, compute.expected, sched, record.peak_in_flight, peak_held, link_stats,
                         {"activation_mb": msg_mb, "host_overhead_ms": host, "split_backward": split,
                          "links": links, "stragglers": stragglers, "virtual_stages": v_eff,
-                         "chunks": exp if p != n_phys else None, "model_ends": (phys[0], phys[-1])})
+                         "chunks": exp if p != n_phys else None, "placement": list(placement),
+                         "model_ends": (phys[0], phys[-1])})
 
 
 @dataclass(frozen=True)

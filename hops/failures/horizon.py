@@ -106,7 +106,7 @@ class HorizonResult:
 
     @property
     def goodput_ratio(self) -> float:
-        return self.useful_ms / self.horizon_ms
+        return min(1.0, self.useful_ms / self.horizon_ms)  # useful == horizon may round a hair above it
 
     @property
     def failure_count(self) -> int:

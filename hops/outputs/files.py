@@ -52,8 +52,9 @@ def schedule_text(summary: dict) -> str:
 
 
 def slowest_stage(summary: dict) -> dict | None:
-    """The stage with the longest expected forward + fused backward (BW) per microbatch: the
-    pace of 1F1B's steady state, the one figure every schedule shares. None under virtual
+    """The stage with the longest expected forward + backward per microbatch as the run ran its
+    backward (B + W where it was split, the fused BW otherwise): the pace of the steady state.
+    None under virtual
     stages, whose devices each run several chunks placed by the schedule (ZB-V puts the LM head
     on device 0): a stage's own times then do not say which device paces the run."""
     stages = summary.get("stages") or []
@@ -62,6 +63,8 @@ def slowest_stage(summary: dict) -> dict | None:
 
     def per_mb(st):
         e = st["expected_ms"]
+        if st.get("backward") == "split":
+            return e["F"] + e["B"] + e["W"]
         return e["F"] + (e.get("BW") or e.get("B", 0.0) + e.get("W", 0.0))
 
     worst = max(stages, key=per_mb)

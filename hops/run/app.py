@@ -537,9 +537,10 @@ def format_summary(result, name: str, paths: dict[str, Path]) -> str:
     if worst:
         e = worst["expected_ms"]
         util = f", {100 * worst['utilization']:.0f} % busy" if worst.get("utilization") is not None else ""
+        back = (f"B {e['B']:.1f} + W {e['W']:.1f}" if worst.get("backward") == "split"
+                else f"BW {worst['per_microbatch_ms'] - e['F']:.1f}")
         lines.append(f"  slowest stage  {worst['stage']} on {worst['device']} ({worst['gpu']}): F {e['F']:.1f} + "
-                     f"BW {worst['per_microbatch_ms'] - e['F']:.1f} = {worst['per_microbatch_ms']:.1f} ms per "
-                     f"microbatch{util}")
+                     f"{back} = {worst['per_microbatch_ms']:.1f} ms per microbatch{util}")
     elif busiest_device(s) is not None:  # virtual stages: chunks, not stages, are what the devices run
         dev, share = busiest_device(s)
         gpu = next((st["gpu"] for st in s.get("stages", []) if st["device"] == dev), "?")
@@ -592,11 +593,13 @@ def user_error_message(exc: BaseException, argv: list[str] | None = None) -> str
         return f"{where}: invalid YAML ({getattr(exc, 'problem', None) or _squash(str(exc))})"
     if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be"):  # `simulation=5`
         group = next((a for a in argv or [] if a.partition("=")[0].lstrip("+~") in (*GROUP_SECTIONS, "scenario")
-                      and not re.fullmatch(r"[A-Za-z_][\w-]*", a.partition("=")[2])), None)
+                      and (not re.fullmatch(r"[A-Za-z_][\w-]*", a.partition("=")[2])
+                           or a.partition("=")[2] in ("null", "None"))), None)  # YAML's null reaches Hydra as None
         if group is not None:
             key, _, value = group.lstrip("+~").partition("=")
+            off = f"; {key}.enabled=false turns it off" if key in ("failure", "optimizer") else ""
             return (f"{key}={value}: {key} is a config group; give one of its options by name "
-                    f"({', '.join(_available(key)) or 'none'}) or set a field with {key}.FIELD=VALUE")
+                    f"({', '.join(_available(key)) or 'none'}) or set a field with {key}.FIELD=VALUE{off}")
     missing = missing_slurm_tools(exc)
     if missing:
         return (f"hydra/launcher=hops_slurm needs Slurm's {' and '.join(missing)} on PATH (not found: run the sweep "
