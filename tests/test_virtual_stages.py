@@ -448,3 +448,34 @@ def test_each_stages_expected_times_are_those_of_the_work_its_device_ran(schedul
         assert st["backward"] == ("fused" if schedule == "1f1b" else "split")
     heaviest = max(r.summary["stages"], key=lambda st: st["expected_ms"]["F"])
     assert heaviest["device"] == head
+
+
+def zb_v_capped(model, cap):
+    doc = four_h100("zb_v", 2)
+    doc["pipeline"]["model"] = dict(model)
+    doc["simulation"]["batches"] = 2
+    doc["optimizer"] = {"enabled": True}
+    if cap is not None:
+        doc["pipeline"]["scheduler_options"] = {"max_in_flight": cap}
+    return hops.simulate(doc).summary
+
+
+LLAMA2_7B = {"layers": 32, "hidden_dim": 4096, "heads": 32, "ffn_dim": 11008, "ffn_gated": True, "seq_len": 4096,
+             "vocab_size": 32000, "tied_embeddings": False}
+
+
+@pytest.mark.parametrize("cap", [11, 24, 1000])
+def test_a_raised_zb_v_cap_that_buys_no_time_holds_1f1bs_activations(cap):
+    default = zb_v_capped(LLAMA3_8B, None)
+    raised = zb_v_capped(LLAMA3_8B, cap)
+    assert raised["makespan_ms"] == default["makespan_ms"]
+    assert raised["peak_in_flight"] == default["peak_in_flight"] == [8, 8, 8, 8]  # 2p chunk activations
+
+
+def test_a_raised_zb_v_cap_holds_only_what_the_time_it_buys_needs():
+    """On Llama-2-7B a cap of 11 shortens the run; a cap of 1000 buys no more, and holds what the
+    winning order needs at the least cap that keeps its time, not the whole cap."""
+    default, eleven, huge = (zb_v_capped(LLAMA2_7B, cap) for cap in (None, 11, 1000))
+    assert eleven["makespan_ms"] < default["makespan_ms"] * 0.99
+    assert huge["makespan_ms"] <= eleven["makespan_ms"] * 1.001
+    assert max(huge["peak_in_flight"]) < 2 * 16  # below the 2m chunk activations an uncapped order would hold

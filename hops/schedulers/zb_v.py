@@ -127,6 +127,8 @@ def on_arrival(times):
 # ZB-H1's 32.8; at 1 : 1.2 : 0.95, p 8 the first from 9.9 to 8.4). Which order suits which times
 # has no rule we know of, so they are candidates judged like the others.
 BLOCK = ("F1", "B1", "B0", "F0", "W1", "W0")
+RAISED_CAP_TOLERANCE = 1e-3  # a raised max_in_flight is held only for the time it buys beyond this share
+
 PRIORITIES = (("F1", "B1", "B0", "W0", "F0", "W1"), ("F1", "W1", "B0", "F0", "B1", "W0"))
 
 
@@ -348,14 +350,41 @@ class ZBV(DeviceOrderScheduler):
         tiers = [rule_plans(its, (None, expected))]
         if any(expected[3]):
             tiers.append(rule_plans(its, (on_arrival(expected),)))
-        candidates = []
-        for tier, plans in enumerate(tiers):
-            for over, rank, (times, rule) in plans:
-                r = list_schedule(p, m, times, cap=cap, iterations=over, **rule)
-                if r is not None:
-                    replay = replay_device_orders(meta_e, repeat_orders(stage_orders(r[2]), m, its), device_of)
-                    candidates.append((replay, tier, rank, max(r[1]), len(candidates), r[2]))
-        self._orders = min(candidates)[-1]
+        # A cap above 2p is a limit, not a target: the orders at 2p run too, and those planned
+        # at the raised cap win only where they replay more than 0.1 % shorter. The winning rule
+        # is then planned again at the least cap at which it replays within 0.1 % of its time
+        # (caps tried upward from 2p + 1: the replay is not monotone in the cap), so a raised
+        # cap holds no more than that rule needs for the time it buys. (Another rule may need
+        # less; searching every rule at every cap costs too much at large m.) At the default
+        # cap ties fall as above.
+        def planned(times, rule, over, limit):
+            r = list_schedule(p, m, times, cap=limit, iterations=over, **rule)
+            if r is None:
+                return None
+            return replay_device_orders(meta_e, repeat_orders(stage_orders(r[2]), m, its), device_of), r
+
+        def best_at(limit):
+            candidates = []
+            for tier, plans in enumerate(tiers):
+                for over, rank, (times, rule) in plans:
+                    got = planned(times, rule, over, limit)
+                    if got is not None:
+                        replay, r = got
+                        candidates.append((replay, tier, rank, max(r[1]), len(candidates), r[2], (times, rule, over)))
+            return min(candidates)
+
+        best = best_at(n)
+        orders = best[5]
+        if cap is not None and cap > n:
+            raised = best_at(cap)
+            if raised[0] < best[0] * (1 - RAISED_CAP_TOLERANCE):
+                orders = raised[5]
+                for limit in range(n + 1, raised[3]):  # a cap at the order's own peak plans the same order
+                    got = planned(*raised[6], limit)
+                    if got is not None and got[0] <= raised[0] * (1 + RAISED_CAP_TOLERANCE):
+                        orders = got[1][2]
+                        break
+        self._orders = orders
         super().configure(meta)
 
     def device_order(self, d: int, p: int, v: int, m: int) -> list[tuple[int, str, int]]:
