@@ -54,9 +54,8 @@ def schedule_text(summary: dict) -> str:
 def slowest_stage(summary: dict) -> dict | None:
     """The stage with the longest expected forward + backward per microbatch as the run ran its
     backward (B + W where it was split, the fused BW otherwise): the pace of the steady state.
-    None under virtual
-    stages, whose devices each run several chunks placed by the schedule (ZB-V puts the LM head
-    on device 0): a stage's own times then do not say which device paces the run."""
+    None under virtual stages, whose devices each run several chunks placed by the schedule:
+    the busiest device then says more about what paces the run."""
     stages = summary.get("stages") or []
     if not stages or (summary.get("virtual_stages") or 1) > 1:
         return None
