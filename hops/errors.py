@@ -1,6 +1,7 @@
 """User-facing errors: one line that names where the problem is and what was expected."""
 
 EXIT_USER_ERROR = 2  # the exit status of a command that ends on a user error (its one line is on stderr)
+EXIT_INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT
 ECHO_CHARS = 80  # an echoed value longer than this is cut: the line names the problem, not the payload
 
 

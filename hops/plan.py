@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from hops.errors import HopsError
+from hops.errors import EXIT_INTERRUPTED, HopsError
 
 
 def read_request(path: Path):
@@ -39,10 +39,21 @@ def read_request(path: Path):
     return model, pools, req.training
 
 
+def _positive(text: str) -> int:
+    """--top: an integer >= 1 (argparse's one-line error otherwise; 0 used to end in an IndexError)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hops plan", description=__doc__.splitlines()[0])
     ap.add_argument("request", type=Path, help="a plan request YAML (model, inventory, training)")
-    ap.add_argument("--top", type=int, default=3, help="plans to simulate (best estimates first)")
+    ap.add_argument("--top", type=_positive, default=3, help="plans to simulate (best estimates first)")
     ap.add_argument("--scenario", type=Path, help="write the best plan as a scenario YAML here")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     from hops.errors import ScenarioError
@@ -57,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                             sharding=tr.sharding, cross_node=tr.cross_node,
                             max_pipeline=tr.max_pipeline)
         result = planner.plan(schedules=tr.schedules, dp=tr.data_parallel, verify_top=args.top)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except HopsError as exc:
         if isinstance(exc, ScenarioError) and getattr(exc, "source", "") is None:  # the planner's own checks
             exc = ScenarioError(exc.path, str(exc).removeprefix(f"{exc.path}: "), str(args.request))

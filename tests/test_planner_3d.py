@@ -319,3 +319,14 @@ def test_without_full_recomputation_a_zb_h1_split_is_sized_at_zb_h1s_peak_and_it
         assert not run.over_capacity, c.describe()
         assert c.memory_mb == pytest.approx(run.memory_mb, rel=1e-9)
     assert not pl.plan(schedules=["zb_h1"], verify_top=1).best.over_capacity
+
+
+@pytest.mark.parametrize("top", ["0", "-1", "three"])
+def test_top_must_be_a_positive_number_of_plans(tmp_path, capsys, top):
+    from hops.plan import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(request_file(tmp_path, schedules=["1f1b"])), "--top", top])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "hops plan: error: argument --top: expected an integer >= 1, got")

@@ -651,6 +651,19 @@ def test_sweep_table_only_counts_this_sweep(tmp_path):
     assert len(read_csv(write_sweep_table(sweep))) == 2  # without `since` (python -m hops.run.sweep DIR): all
 
 
+@pytest.mark.parametrize("text", ['{"throughput": ', "[1, 2]"])
+def test_a_damaged_summary_is_a_row_of_its_own_not_a_traceback(tmp_path, text):
+    from hops.run.sweep import main as sweep_main, write_sweep_table
+
+    sweep = tmp_path / "sweep"
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- simulation.seed=1\n")
+    (sweep / "0" / "summary.json").write_text(text)
+    (row,) = read_csv(write_sweep_table(sweep))
+    assert row["status"].startswith("damaged: summary.json does not read as a run's summary")
+    assert sweep_main([str(sweep)]) == 2
+
+
 # --------------------------------------------------------------------------- README
 def test_readme_scheduler_plugin_example_works(tmp_path):
     text = README.read_text()
@@ -735,6 +748,13 @@ def test_hops_help_lists_every_subcommand():
     assert proc.returncode == 0, proc.stderr
     for name in SUBCOMMANDS:
         assert re.search(rf"^\s+hops {name} ", proc.stdout, flags=re.M), (name, proc.stdout[:1500])
+
+
+def test_a_mistyped_subcommand_is_named_with_the_one_meant():
+    proc = hops_command("plna", "request.yaml")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: hops: unknown subcommand 'plna'; expected sweep, autoresearch, plan, or KEY=VALUE overrides for a "
+        "run; did you mean `hops plan`?"], proc.stderr
 
 
 def test_readmes_list_of_hops_commands_has_every_subcommand():

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hops.outputs import files as outputs
-from hops.run.run_dir import LOCK, OWNER, RUN_OUTPUTS
+from hops.run.run_dir import LOCK, OWNER, PREVIOUS, RUN_OUTPUTS
 
 REPO = Path(__file__).resolve().parent.parent
 COMPARED = ("summary.json", "events.csv", "scenario.yaml", "timeline.png", "dashboard.png", "trace.json")
@@ -138,6 +138,59 @@ def test_a_run_into_a_used_directory_leaves_none_of_the_earlier_runs_files(tmp_p
     assert left == ["events.csv", "scenario.yaml", "summary.json"], left
     assert (out / "events.csv").read_bytes() == alone["h100_pair"]["events.csv"]
     assert json.loads((out / "summary.json").read_text())["provenance"]["scenario"] == "h100_pair"
+
+
+def test_a_run_that_fails_on_a_user_error_leaves_the_last_finished_run_as_it_was(tmp_path, alone):
+    out = tmp_path / "run"
+    assert hops_run("+scenario=hetero_pp4", f"hydra.run.dir={out}").returncode == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name not in (LOCK, OWNER)}
+    typo = hops_run("+scenario=h100_pair", "pipeline.schedule=fifo", f"hydra.run.dir={out}")
+    assert typo.returncode == 2 and "unknown scheduler 'fifo'" in typo.stderr
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name not in (LOCK, OWNER)}
+    assert after == before  # outputs, .hydra/ and run.log: nothing of the failed run, nothing set aside left over
+    assert from_one_run(out, alone) == "hetero_pp4"
+
+
+def test_a_run_of_the_directorys_own_scenario_yaml_reads_it_before_anything_moves(tmp_path, alone):
+    out = tmp_path / "run"
+    assert hops_run("+scenario=h100_pair", f"hydra.run.dir={out}").returncode == 0
+    again = hops_run(f"scenario_file={out / 'scenario.yaml'}", f"hydra.run.dir={out}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (out / "events.csv").read_bytes() == alone["h100_pair"]["events.csv"]
+    assert not (out / PREVIOUS).exists()
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_puts_the_last_finished_run_back(tmp_path, alone):
+    out = tmp_path / "run"
+    assert hops_run("+scenario=hetero_pp4", f"hydra.run.dir={out}").returncode == 0
+    proc, _ = start_held(tmp_path, "+scenario=h100_pair", f"hydra.run.dir={out}")
+    assert not (out / "summary.json").exists()  # set aside while the new run is under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines() == ["interrupted"], err[-2000:]
+    assert from_one_run(out, alone) == "hetero_pp4" and not (out / PREVIOUS).exists()
+
+
+@pytest.mark.parametrize("first,second,holds", [
+    (("-m", "simulation.seed=1,2"), ("-m", "simulation.seed=3"), "an earlier sweep's results (multirun.yaml)"),
+    (("-m", "simulation.seed=1,2"), (), "an earlier sweep's results (multirun.yaml)"),
+    ((), ("-m", "simulation.seed=3"), "an earlier run's results (summary.json)"),
+])
+def test_sweeps_and_runs_never_share_a_directory(tmp_path, first, second, holds):
+    """A second sweep's shorter job list would leave the first's later jobs beside its own."""
+    out = tmp_path / "dir"
+
+    def where(args):
+        return f"hydra.sweep.dir={out}" if args else f"hydra.run.dir={out}"
+
+    launcher = ("hydra/launcher=basic",)
+    assert hops_run(*first, *(launcher if first else ()), "output.plots=false", where(first)).returncode == 0
+    listed = sorted(p.name for p in out.iterdir())
+    proc = hops_run(*second, *(launcher if second else ()), "output.plots=false", where(second))
+    kind = "hydra.sweep.dir" if second else "hydra.run.dir"
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: {kind}={out} holds {holds}; pass another {kind}, or remove them first"], proc.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == listed
 
 
 def test_a_killed_run_does_not_leave_its_directory_locked(tmp_path, alone):

@@ -26,10 +26,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from hops.errors import EXIT_USER_ERROR, HopsError
+from hops.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, HopsError
 from hops.outputs.files import busiest_device, schedule_text, slowest_stage
 from hops.run import charts_alongside as alongside
 from hops.run.progress import Progress
+from hops.run.run_dir import finished
 
 
 def _conf_dir() -> Path:
@@ -130,6 +131,7 @@ def task(cfg) -> float:
     finally:
         if charts is not None:
             charts.stop()  # joined by write_outputs, or a failure before it could be
+    finished(run_dir)  # the previous run's files, set aside when this one started, can go
     text = job_line(result.summary, hc, run_dir) if multirun else format_summary(result, name, paths)
     _emit(text, over_progress=multirun)
     _to_job_log(text)
@@ -757,6 +759,9 @@ def main(argv: list[str] | None = None) -> None:
             raise HopsError(FAILED_MLFLOW.pop())
     except BrokenPipeError:  # `python -m hops.run --help | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:  # Ctrl-C: the run directory keeps the last finished run (run_dir.put_back)
+        print("interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - classified below
         message = None if user_full_error else user_error_message(exc, list(args))
         if message is None:
@@ -786,7 +791,16 @@ def cli() -> None:
     """
     global PROG
     PROG = "hops"
-    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    if first and first not in SUBCOMMANDS and re.fullmatch(r"[A-Za-z][\w-]*", first):  # no override: no = + ~ -
+        import difflib
+
+        close = difflib.get_close_matches(first, SUBCOMMANDS, n=1)
+        hint = f"; did you mean `hops {close[0]}`?" if close else ""
+        print(f"error: hops: unknown subcommand {first!r}; expected {', '.join(SUBCOMMANDS)}, or KEY=VALUE "
+              f"overrides for a run{hint}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    if first in SUBCOMMANDS:
         import importlib
 
         name = sys.argv[1]

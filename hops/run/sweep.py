@@ -207,8 +207,12 @@ def collect(sweep_dir: Path, since: float | None = None) -> tuple[list[dict], li
         if error_path.is_file():
             row["status"] = "error: " + error_path.read_text().strip()
         elif summary_path.is_file():
-            row["status"] = "ok"
-            row.update(headline(json.loads(summary_path.read_text())))
+            try:
+                summary = json.loads(summary_path.read_text())
+                row.update(headline(summary))
+                row["status"] = "ok"
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:  # edited or damaged by hand
+                row["status"] = f"damaged: summary.json does not read as a run's summary ({type(exc).__name__})"
         else:
             row["status"] = "interrupted: no summary.json (killed, or still running)"
         row["dir"] = str(job_dir.relative_to(sweep_dir))
