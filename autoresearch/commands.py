@@ -23,8 +23,8 @@ from hops.errors import HopsError
 
 from . import ledger
 from .cli_args import at_least
-from .iteration_runs import (close_effect, close_record, log_gate, open_refusal, replay_unfinished, short_title,
-                             snapshot_or_none, untracked_at_open, untracked_tags)
+from .iteration_runs import (close_effect, close_record, elsewhere_note, log_gate, refuse_if_open, replay_unfinished,
+                             short_title, snapshot_or_none, untracked_at_open, untracked_tags)
 
 
 def _fixtures(p) -> None:
@@ -113,7 +113,8 @@ def add_commands(sub) -> None:
                         "invocations with the same --study join it too")
     p.add_argument("--storage", metavar="URL", help="Optuna storage (default sqlite under mlruns/; an RDB URL shares "
                                                     "one study between workers)")
-    p.add_argument("--study", metavar="NAME", help="study name (default autoresearch-<space>)")
+    p.add_argument("--study", metavar="NAME", help="study name (default autoresearch-<space>-<model fingerprint>: "
+                                                   "a study holds trials of one model)")
     p.add_argument("--only", action="extend", nargs="+", metavar="PATH", help="restrict to these allowlisted paths")
     p.add_argument("--seed", type=int, default=None, help="sampler seed")
     p.set_defaults(func=run_search)
@@ -289,11 +290,14 @@ def _check_change_site(site: str) -> None:
         close = difflib.get_close_matches(site, list(paths), n=1)
         raise HopsError(f"--change-site {site!r}: no such catalog path" + (f"; did you mean {close[0]}?" if close
                                                                            else ""))
-    path = Path(site) if Path(site).is_absolute() else ledger.REPO / site
+    from .state import repo_root
+
+    repo = repo_root()
+    path = Path(site) if Path(site).is_absolute() else repo / site
     try:
-        path.resolve().relative_to(ledger.REPO.resolve())
+        path.resolve().relative_to(repo.resolve())
     except ValueError:
-        raise HopsError(f"--change-site {site!r} is outside the repo ({ledger.REPO})") from None
+        raise HopsError(f"--change-site {site!r} is outside the repo ({repo})") from None
     if path.exists() or (path.parent.is_dir() and path.suffix in NEW_FILE_SUFFIXES):
         return
     raise HopsError(f"--change-site {site!r} is neither a path in the repo (or a new file in an existing "
@@ -315,15 +319,13 @@ def run_propose(args) -> int:
     book = ledger.Ledger()
     with ledger.state_lock():  # numbering and the one-open-iteration rule are decided under one lock
         replay_unfinished(book)
-        current = book.open_iteration()
-        if current is not None:
-            raise open_refusal(current)
+        refuse_if_open(book)  # here, or in another MLflow ledger of this state
         before = {v: golden["aggregates"][v] for v in cfg.gated_variants if v in golden["aggregates"]}
         users = worktree.untracked() if worktree.is_repo() else []  # theirs, not the change's: kept out of it
         if on:
             if not worktree.owns_tree():
                 raise HopsError(f"--on edits the working tree, but the calibration state ({ledger.state_dir()}) is "
-                                f"not in this repository ({ledger.REPO}); unset HOPS_AUTORESEARCH_STATE")
+                                f"not in this repository ({worktree.repo()}); unset HOPS_AUTORESEARCH_STATE")
             if worktree.snapshot(users) != worktree.head_tree():
                 raise HopsError("--on applies parked patches to the working tree, which has uncommitted changes: "
                                 "commit them, or close them as an iteration first")
@@ -344,6 +346,7 @@ def run_propose(args) -> int:
         ledger.crash_point("propose:run")
         run = book.start_run(ledger.CALIBRATION, f"it{n} iteration: {title}", run_type="iteration",
                              params=ledger.provenance(cfg.split, cfg.gated_variants), tags=tags)
+        ledger.mark_open(n, run, book.uri)
         ledger.crash_point("propose:created")
         book.log(run, tags=untracked_tags(users))
         book.log(run, metrics=ledger.aggregate_metrics(before, prefix="before."), tags={"outcome": "open", "reason": ""})
@@ -368,7 +371,9 @@ UNFINISHED_PROPOSE = "propose was killed before the baseline was recorded; run p
 def _require_open(book):
     iteration = book.open_iteration()
     if iteration is None:
-        raise HopsError("no open iteration to close (see `python -m autoresearch log`)")
+        elsewhere = book.open_elsewhere()
+        raise HopsError("no open iteration to close in this MLflow ledger; " + elsewhere_note(elsewhere)
+                        if elsewhere else "no open iteration to close (see `python -m autoresearch log`)")
     return iteration
 
 
@@ -462,6 +467,9 @@ def run_admit(args) -> int:
             iteration = None
         else:
             iteration = book.open_iteration()
+            elsewhere = book.open_elsewhere() if iteration is None else None
+            if elsewhere is not None:
+                raise HopsError("no open iteration to admit in this MLflow ledger; " + elsewhere_note(elsewhere))
             if iteration is None:
                 raise HopsError("no open iteration to admit: open one with `python -m autoresearch propose "
                                 "--hypothesis ... --change-site ... --expect ...` (or `admit --bootstrap` for the "
@@ -486,6 +494,13 @@ def run_admit(args) -> int:
             print("admit refused: the gate does not pass on the current tree (fix it, park it, or close the "
                   "iteration with `revert --reason ...`)")
             return 1
+        if not args.bootstrap and not members and _changes_nothing(iteration, result):
+            t = iteration.data.tags
+            raise HopsError(f"iteration {t['iteration']} changes nothing: the working tree holds no diff beyond "
+                            f"HEAD and the gate scores every fixture as the golden file does, so landing it would "
+                            f"record a change to {t.get('change_site', '?')} that never happened; make the change "
+                            f"and run `python -m autoresearch gate` again, or close it as not pursued with "
+                            f"`python -m autoresearch revert --reason ...`")
         if args.bootstrap:
             n = book.next_iteration()
             run = book.start_run(ledger.CALIBRATION, f"it{n} iteration: bootstrap", run_type="iteration",
@@ -495,6 +510,7 @@ def run_admit(args) -> int:
                                        "change_site": f"autoresearch/golden/{cfg.split}.json",
                                        "expected_effect": "none: establishes the baseline every later change is "
                                                           "gated against"})
+            ledger.mark_open(n, run, book.uri)
             iteration = book.get_run(run)
         final = {v: {m: now for m, (_, now) in per.items()} for v, per in result.comparison.aggregates.items()}
         steps = []
@@ -549,6 +565,28 @@ def run_admit(args) -> int:
     print(f"admitted {landed}: {path} rewritten; {ledger.iterations_path().name} and LOG.md updated. "
           f"Commit them with the change.")
     return 0
+
+
+def _changes_nothing(iteration, result) -> bool:
+    """The open (unstacked) iteration has no diff against its base (HEAD) and admitting it would leave the
+    golden file's model, catalog, fixture set and every score as they are: nothing to land.
+
+    Both halves count. A diff that moves no number (a comment, a docstring) is still a change someone made
+    and may land; an empty diff with moved numbers (a model change committed outside the loop, fixtures
+    entering the golden file on admit) is still something to record.
+    """
+    from . import stack, worktree
+    from .gate import build_golden
+
+    if _stack_on(iteration):  # a stack carrier lands the parked members below it
+        return False
+    if worktree.is_repo() and stack.own_diff([], untracked_at_open(iteration)).strip():
+        return False
+    cfg = result.cfg
+    new = build_golden(result.report, cfg, catalog=result.catalog, iteration=0,
+                       prov=ledger.provenance(cfg.split, cfg.gated_variants))
+    same = ("model_fingerprint", "catalog", "variants", "fixtures", "aggregates")
+    return all(new.get(k) == result.golden.get(k) for k in same)
 
 
 def run_rebaseline(args) -> int:

@@ -130,6 +130,23 @@ def open_refusal(current) -> HopsError:
                      f"`revert --blocked --reason ...`")
 
 
+def elsewhere_note(o: dict) -> str:
+    """Where an iteration open in another MLflow ledger of this state is, and how to close it there."""
+    return (f"iteration {o['iteration']} is open on this state ({ledger.state_dir()}) in another MLflow ledger, "
+            f"{o['ledger']} (run {str(o.get('run_id'))[:8]}); close it there first, e.g. "
+            f"`MLFLOW_TRACKING_URI={o['ledger']} python -m autoresearch revert --reason ...` (or admit / park)")
+
+
+def refuse_if_open(book: ledger.Ledger) -> None:
+    """One iteration at a time per state directory: refuse while one is open in this ledger or another."""
+    current = book.open_iteration()
+    if current is not None:
+        raise open_refusal(current)
+    elsewhere = book.open_elsewhere()
+    if elsewhere is not None:
+        raise HopsError(elsewhere_note(elsewhere))
+
+
 def close_record(run, outcome: str, *, after, before=None, regressions=(), worse=(), reason: str = "",
             prov: dict | None = None, **extra) -> dict:
     """The durable jsonl record of an iteration closing with `outcome`."""

@@ -354,10 +354,37 @@ class Ledger:
         return open_runs[0] if open_runs else None
 
     def next_iteration(self) -> int:
-        """Max over this ledger and the committed jsonl, so a fresh clone continues the numbering."""
+        """Max over this ledger, the committed jsonl (so a fresh clone continues the numbering) and the
+        last number this state directory issued (so a second MLflow ledger on the same state cannot
+        issue it again). Call under state_lock(), and record the number with `mark_open`."""
         known = [int(r.data.tags.get("iteration", 0)) for r in self.iteration_runs()]
         known += [int(rec.get("iteration", 0)) for rec in read_iterations()]
+        known.append(int(read_open_marker().get("last_issued", 0)))
         return max(known, default=0) + 1
+
+    def open_elsewhere(self) -> dict | None:
+        """The iteration this state's marker holds open in another MLflow ledger, or None.
+
+        An iteration opened with another tracking store (another MLFLOW_TRACKING_URI, or a command run
+        before the store followed the state) is invisible to this ledger's runs; the state directory
+        remembers it until the jsonl records it closed, or that store holds it no longer open (closed,
+        void, gone with its sqlite file). A store that cannot be asked counts it as open.
+        """
+        from hops.run.tracking import redact
+
+        o = read_open_marker().get("open")
+        if not isinstance(o, dict) or not o.get("ledger") or o["ledger"] == redact(self.uri):
+            return None
+        if any(r.get("run_id") == o.get("run_id") and r.get("outcome") in CLOSED for r in read_iterations()):
+            return None
+        db = _sqlite_path(o["ledger"])
+        if db is not None and not db.exists():
+            return None  # that ledger is gone: nothing can close the iteration there
+        try:
+            run = Ledger(o["ledger"]).get_run(o["run_id"])
+        except Exception as exc:  # noqa: BLE001 - unreachable (still open, as far as anyone knows) or no such run
+            return None if "RESOURCE_DOES_NOT_EXIST" in f"{getattr(exc, 'error_code', '')} {exc}" else o
+        return o if run.data.tags.get("outcome") == "open" else None
 
     def tag_iteration(self, run_id: str, tags: Mapping[str, str]) -> None:
         """Set tags (e.g. the final outcome) on an iteration run and every run logged under it."""
@@ -451,6 +478,32 @@ def _clip(value: Any, limit: int) -> str:
 # --------------------------------------------------------------------------- committed records
 def iterations_path() -> Path:
     return state_dir() / "iterations.jsonl"
+
+
+OPEN_MARKER = ".open-iteration.json"  # local to the state dir (gitignored): numbers issued, the open iteration
+
+
+def read_open_marker() -> dict:
+    """{"last_issued": N, "open": {iteration, run_id, ledger, opened}} as `mark_open` wrote it ({} if none)."""
+    try:
+        doc = json.loads((state_dir() / OPEN_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def mark_open(n: int, run_id: str, uri: str | None = None) -> None:
+    """Record in the state directory that iteration `n` was issued and is open as `run_id` (under state_lock).
+
+    The numbering and the one-open-iteration rule then hold per state directory, whatever MLflow
+    store each command of it logs to (see Ledger.next_iteration / open_elsewhere).
+    """
+    from hops.run.tracking import redact
+
+    last = max(int(read_open_marker().get("last_issued", 0)), int(n))
+    doc = {"last_issued": last, "open": {"iteration": int(n), "run_id": run_id,
+                                         "ledger": redact(uri or tracking_uri()), "opened": now()}}
+    atomic_write(state_dir() / OPEN_MARKER, json.dumps(doc, sort_keys=True) + "\n")
 
 
 def read_iterations() -> list[dict]:

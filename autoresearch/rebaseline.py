@@ -118,12 +118,10 @@ def start(args) -> int:
                         f"({ledger.state_dir()}) is not in this repository; unset HOPS_AUTORESEARCH_STATE")
     book = ledger.Ledger()
     with ledger.state_lock():
-        from .iteration_runs import open_refusal, replay_unfinished
+        from .iteration_runs import refuse_if_open, replay_unfinished
 
         replay_unfinished(book)
-        current = book.open_iteration()
-        if current is not None:
-            raise open_refusal(current)
+        refuse_if_open(book)  # here, or in another MLflow ledger of this state
         users = worktree.untracked()  # the user's, not the members': left where they are
         if worktree.snapshot(users) != worktree.head_tree():
             raise HopsError("rebaseline applies the members' patches to the working tree, which has uncommitted "
@@ -195,6 +193,7 @@ def judge(args) -> int:
                                    "expected_effect": "every gated train aggregate improves; archive holds; "
                                                       "diagnostic within the noise floor",
                                    "stack_on": ",".join(map(str, ons))})
+        ledger.mark_open(n, run, book.uri)
         log_gate(result, "rebaseline", book, book.get_run(run))
         iteration = book.get_run(run)
         new = build_golden(result.report, cfg, catalog=result.catalog, iteration=n, prov=prov)

@@ -13,10 +13,16 @@ processes on one study through that storage (Optuna's own parallel mode: each
 `study.optimize` asks the storage for the next trial, so no two workers get the
 same trial); workers on several machines share a study by passing the same
 `--storage` URL (e.g. PostgreSQL) and `--study` name.
+
+A study ranks trials of one model: it records the model fingerprint they scored, the
+default study is named after it (a changed model starts a new study and baseline), and a
+named study of another model is refused. Ctrl-C exits 130 quietly (see `_CtrlC`) and
+closes the search's open MLflow runs as KILLED.
 """
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +146,8 @@ class SearchResult:
     baseline: dict | None
     n_trials: int
     parent_run: str
+    already: int = 0  # trials the study held before this run (a resumed study), of the same model
+    model_fingerprint: str = ""  # the model every trial of the study scored (with its own values)
 
 
 def run_search(space: str, trials: int, *, storage: str | None = None, study_name: str | None = None,
@@ -164,12 +172,24 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
 
     root = resolve_root(root)
     storage = storage or default_storage()
-    study_name = study_name or f"autoresearch-{space}"
+    # A study ranks trials of one model: its code and every catalog value but the ones it sets. The default
+    # study is per model fingerprint, so a changed model starts a new one (with a new baseline trial).
+    fingerprint = ledger.model_fingerprint()
+    named = study_name is not None
+    study_name = study_name or f"autoresearch-{space}-{fingerprint}"
     study = _open_study(study_name, storage, seed)
     if study.user_attrs.get("paths") not in (None, [p.path for p in params]):
         raise SearchError(f"study {study_name!r} searches {study.user_attrs['paths']}, not this selection; "
                           f"pass a different --study")
+    already = len(study.trials)
+    scored = study.user_attrs.get("model_fingerprint")
+    if already and scored != fingerprint:
+        raise SearchError(f"study {study_name!r} holds {already} trial(s) scored on model "
+                          f"{scored or '(not recorded)'}, but the model is now {fingerprint} (code or presets "
+                          f"changed): its trials and baseline rank a model that no longer exists; pass a new "
+                          f"--study NAME" + (", or drop --study (the default study is per model)" if named else ""))
     study.set_user_attr("paths", [p.path for p in params])
+    study.set_user_attr("model_fingerprint", fingerprint)
     current = dotted_items(Catalog.load().as_dict(), keep_empty=False)
     if not study.trials and all(p.low <= current[p.path] <= p.high for p in params):
         study.enqueue_trial({p.path: float(current[p.path]) for p in params}, user_attrs={"baseline": True})
@@ -190,36 +210,127 @@ def run_search(space: str, trials: int, *, storage: str | None = None, study_nam
 
     from hops.run.progress import Progress
 
-    with Progress(total=trials * workers, desc=f"search {space}", unit="trial", enabled=progress) as bar:
-        if workers == 1:
-            _optimize(study, book, parent, params, weights, root, jobs, split, trials, bar)
-        else:
-            # The study and its parent run exist now, so workers only load them: no creation race.
-            import multiprocessing
-            from concurrent.futures import wait
+    try:
+        with Progress(total=trials * workers, desc=f"search {space}", unit="trial", enabled=progress) as bar:
+            if workers == 1:
+                _optimize(study, book, parent, params, weights, root, jobs, split, trials, bar)
+            else:
+                # The study and its parent run exist now, so workers only load them: no creation race.
+                import multiprocessing
+                from concurrent.futures import wait
 
-            from .workers import interruptible_pool
+                from .workers import interruptible_pool
 
-            before = len(_finished(study))  # the workers' trials are counted in the shared storage
-            with interruptible_pool(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = [pool.submit(_worker, space, trials, storage, study_name, root, jobs,
-                                       None if seed is None else seed + i, only, split, allowlist, parent)
-                           for i in range(workers)]
-                while bar.enabled and wait(futures, timeout=2.0).not_done:
-                    bar.set_count(len(_finished(study)) - before)
-                for future in futures:
-                    future.result()
+                before = len(_finished(study))  # the workers' trials are counted in the shared storage
+                with interruptible_pool(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                    futures = [pool.submit(_worker, space, trials, storage, study_name, root, jobs,
+                                           None if seed is None else seed + i, only, split, allowlist, parent)
+                               for i in range(workers)]
+                    while bar.enabled and wait(futures, timeout=2.0).not_done:
+                        bar.set_count(len(_finished(study)) - before)
+                    for future in futures:
+                        future.result()
+    except KeyboardInterrupt:
+        _close_interrupted(study, book, parent)
+        raise
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     best = _summary(study.best_trial) if done else None
     base = next((t for t in done if t.user_attrs.get("baseline")), None)
     result = SearchResult(study_name, redact(storage), params, weights, best, _summary(base) if base else None,
-                          len(done), parent)
+                          len(done), parent, already, fingerprint)
     if best:
         book.log(parent, metrics={"best.objective": best["value"], f"best.{VARIANT}.mape": best["mape"],
                                   f"best.{VARIANT}.bubble_mae_pp": best["bubble_mae_pp"], "trials": len(done)},
                  tags={"best_trial": best["number"], "proposal": gate_command(best["values"])})
     book.finish(parent)
     return result
+
+
+INTERRUPTED = "interrupted (Ctrl-C) before it finished; not a result"
+
+
+def _close_interrupted(study, book, parent: str) -> None:
+    """After a Ctrl-C: the search run and its trial runs still RUNNING end KILLED, as the user stopped them.
+
+    This process's own trial run was closed by its objective; a trial run of a worker (killed with the
+    pool) or one this process had not closed yet is found under the search run by its writer, and its
+    Optuna trial, if still RUNNING, is told FAIL. Runs of other live processes (workers of another
+    invocation on the study) are left alone. Best effort: the exit stays a quiet 130 whatever the store does.
+    """
+    from optuna.trial import TrialState
+
+    me = ledger.writer()
+    try:
+        running = book.runs(ledger.CALIBRATION, f"tags.`mlflow.parentRunId` = '{parent}' and "
+                                                f"attributes.status = 'RUNNING'")
+    except Exception:  # noqa: BLE001 - the store may be what was interrupted
+        running = []
+    for run in running:
+        writer = run.data.tags.get(ledger.WRITER)
+        if writer != me and ledger.writer_alive(writer) is not False:
+            continue
+        try:
+            book.log(run.info.run_id, tags={"incomplete": INTERRUPTED})
+            book.finish(run.info.run_id, "KILLED")
+            number = int(run.data.params.get("trial") or run.info.run_name.rpartition(" ")[2])  # "trial N"
+            trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+            if trial is not None and trial.state == TrialState.RUNNING:
+                study.tell(number, state=TrialState.FAIL)
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        book.log(parent, tags={"interrupted": INTERRUPTED})
+        book.finish(parent, "KILLED")
+    except Exception:  # noqa: BLE001
+        pass
+
+
+class _CtrlC:
+    """Where a Ctrl-C may stop a search in this process, and what Optuna says about it.
+
+    A KeyboardInterrupt is raised at once only while a trial simulates (nearly all of the time); in
+    Optuna's or MLflow's bookkeeping it waits for the next trial's start or end, since neither store is
+    interrupt-safe there (one inside Optuna's `tell` ends in Optuna's own UnboundLocalError traceback).
+    Optuna logs an interrupted trial as a failure with a 30-line traceback; a Ctrl-C is no failure to
+    report, so those records are dropped (`filter`, on Optuna's logger).
+    """
+
+    def __init__(self):
+        self.pending = False  # a Ctrl-C came outside a simulation: stop at the next safe point
+        self.simulating = False
+        self.trials: set[int] = set()  # interrupted trials, whose failure records are dropped
+
+    def handler(self, signum, frame) -> None:
+        if self.simulating:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def check(self) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+
+    def filter(self, record) -> bool:
+        text = record.getMessage()
+        return not any(text.startswith(f"Trial {n} failed") for n in self.trials)
+
+    @contextmanager
+    def installed(self):
+        """Handle SIGINT for the duration (main thread, default handler only: an ignored SIGINT stays ignored)."""
+        import logging
+        import signal
+        import threading
+
+        log = logging.getLogger("optuna.study._optimize")  # where Optuna reports a failed trial
+        log.addFilter(self)
+        own = (threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        previous = signal.signal(signal.SIGINT, self.handler) if own else None
+        try:
+            yield self
+        finally:
+            if own:
+                signal.signal(signal.SIGINT, previous)
+            log.removeFilter(self)
 
 
 def _open_study(study_name: str, storage: str, seed: int | None, *, create: bool = True):
@@ -256,33 +367,55 @@ def _finished(study) -> list:
 def _optimize(study, book, parent, params, weights, root, jobs, split, trials, progress=None) -> None:
     from .validate import FixtureEvaluationError, validate
 
+    ctrl_c = _CtrlC()
+
     def objective(trial):
-        values = {p.path: trial.suggest_float(p.path, p.low, p.high, log=p.log, step=p.step) for p in params}
-        run = book.start_run(ledger.CALIBRATION, f"trial {trial.number}", run_type="trial", parent=parent,
-                             params={**ledger.provenance(split, [VARIANT], values), "trial": trial.number,
-                                     **{f"value.{k}": v for k, v in values.items()}})
-        trial.set_user_attr("mlflow_run_id", run)
+        run = None
         try:
-            report = validate(split, root=root, variants=[VARIANT], overrides=values, jobs=jobs)
-        except FixtureEvaluationError as exc:
-            book.log(run, tags={"error": str(exc)})
-            book.finish(run, "FAILED")
+            ctrl_c.check()  # a Ctrl-C between two trials: this one does not start
+            values = {p.path: trial.suggest_float(p.path, p.low, p.high, log=p.log, step=p.step) for p in params}
+            run = book.start_run(ledger.CALIBRATION, f"trial {trial.number}", run_type="trial", parent=parent,
+                                 params={**ledger.provenance(split, [VARIANT], values), "trial": trial.number,
+                                         **{f"value.{k}": v for k, v in values.items()}})
+            trial.set_user_attr("mlflow_run_id", run)
+            try:
+                ctrl_c.simulating = True
+                ctrl_c.check()
+                report = validate(split, root=root, variants=[VARIANT], overrides=values, jobs=jobs)
+            except FixtureEvaluationError as exc:
+                book.log(run, tags={"error": str(exc)})
+                book.finish(run, "FAILED")
+                raise
+            finally:
+                ctrl_c.simulating = False
+            agg = report.aggregates()[VARIANT]
+            value = sum(w * agg[k] for k, w in weights.items())
+            for k in ("mape", "bubble_mae_pp", "rho_mean"):
+                trial.set_user_attr(k, agg[k])
+            book.log(run, metrics={**ledger.aggregate_metrics({VARIANT: agg}), "objective": value})
+            book.finish(run)
+            return value if math.isfinite(value) else float("inf")
+        except KeyboardInterrupt:  # Optuna records the trial FAIL and re-raises; the run ends as the user ended it
+            ctrl_c.trials.add(trial.number)
+            if run is not None:
+                try:
+                    book.log(run, tags={"incomplete": INTERRUPTED})
+                    book.finish(run, "KILLED")
+                except Exception:  # noqa: BLE001 - best effort: the exit stays a quiet 130
+                    pass
             raise
-        agg = report.aggregates()[VARIANT]
-        value = sum(w * agg[k] for k, w in weights.items())
-        for k in ("mape", "bubble_mae_pp", "rho_mean"):
-            trial.set_user_attr(k, agg[k])
-        book.log(run, metrics={**ledger.aggregate_metrics({VARIANT: agg}), "objective": value})
-        book.finish(run)
-        return value if math.isfinite(value) else float("inf")
 
     def counted(study, trial) -> None:  # an Optuna callback: once per finished trial
+        if ctrl_c.pending:
+            study.stop()
         if progress is not None:
             if trial.value is not None:
                 progress.note(f"trial {trial.number}: {trial.value:.3f}, best {study.best_value:.3f}")
             progress.update()
 
-    study.optimize(objective, n_trials=trials, catch=(HopsError,), callbacks=[counted])
+    with ctrl_c.installed():
+        study.optimize(objective, n_trials=trials, catch=(HopsError,), callbacks=[counted])
+    ctrl_c.check()  # stopped by a Ctrl-C that came between two trials
 
 
 def _open_tags(book) -> dict:
@@ -302,8 +435,13 @@ def gate_command(values: dict) -> str:
 
 def render(r: SearchResult) -> str:
     obj = " + ".join(f"{w:g} x {k}" for k, w in r.weights.items())
-    lines = [f"search: study {r.study_name} ({r.storage}), {r.n_trials} completed trial(s); "
-             f"objective = {obj} (train {VARIANT})"]
+    model = f"model {r.model_fingerprint}" if r.model_fingerprint else "this model"
+    if r.already:
+        lines = [f"search: resumed study {r.study_name} ({r.storage}), which already held {r.already} trial(s) "
+                 f"of {model}; {r.n_trials} completed trial(s) in all; objective = {obj} (train {VARIANT})"]
+    else:
+        lines = [f"search: new study {r.study_name} ({r.storage}) for {model}, {r.n_trials} completed trial(s); "
+                 f"objective = {obj} (train {VARIANT})"]
     if r.baseline:
         lines.append(f"baseline (current catalog values, trial {r.baseline['number']}): objective "
                      f"{r.baseline['value']:.3f} (MAPE {r.baseline['mape']:.2f}%, bubble MAE "

@@ -18,6 +18,10 @@ rebaseline, checkpoint, log, repair) stop with one line saying so, before any wo
 scoring commands (validate, observe, search) need none and log runs that belong to no iteration.
 Configuration that ships with the package (``gate.yaml``, ``search_space.yaml``) is read
 from the state directory when it has its own copy, else from the package.
+
+The repository the state belongs to (`repo_root`: git provenance, iteration diffs, the default
+MLflow and Optuna stores under ``mlruns/``) follows the state directory, not the working
+directory: the same state always meets the same ledger and the same working tree.
 """
 from __future__ import annotations
 
@@ -85,8 +89,31 @@ def _is_checkout() -> bool:
     return (PACKAGE.parent / "pyproject.toml").is_file()
 
 
+def _enclosing_checkout(d: Path) -> Path | None:
+    """The git checkout of HOPS holding directory `d` (a `.git` beside `hops/`), if any."""
+    for top in (d, *d.parents):
+        if (top / ".git").exists():
+            return top if (top / "hops").is_dir() else None
+    return None
+
+
 def repo_root() -> Path:
-    """The checkout the state belongs to (MLflow store under mlruns/, git provenance)."""
+    """The checkout the state belongs to (MLflow store under mlruns/, git provenance, iteration diffs).
+
+    An explicit state directory (``--state DIR`` / ``HOPS_AUTORESEARCH_STATE``) inside a checkout names
+    that checkout, wherever the command runs from: `--state clone/autoresearch` from another directory
+    must reach the same ledger (clone/mlruns) and the same working tree as a command run inside the
+    clone, else two ledgers share one state and hand out the same iteration number. A state directory
+    outside any checkout (tests, what-if sessions) belongs to the checkout the package runs from, and
+    with a wheel to the directory holding it (its mlruns/ beside it), never to the working directory.
+    """
+    explicit = os.environ.get(ENV)
+    if explicit:
+        d = Path(explicit).expanduser().resolve()
+        found = _enclosing_checkout(d)
+        if found is not None:
+            return found
+        return PACKAGE.parent if _is_checkout() else d.parent
     if _is_checkout():
         return PACKAGE.parent
     found = _checkout_state(Path.cwd())

@@ -26,8 +26,9 @@ from typing import Iterable
 
 from hops.errors import HopsError
 
-from . import ledger
+from . import ledger, state
 
+# .state.lock and .open-iteration.json are gitignored (an exclude pathspec naming an ignored file fails `git add`)
 STATE_ENTRIES = ("golden", "iterations.jsonl", "LOG.md", "checkpoints.json", "patches", ".pending.json")
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
@@ -37,7 +38,8 @@ class TreeError(HopsError):
 
 
 def repo() -> Path:
-    return ledger.REPO
+    """The checkout the calibration state belongs to (autoresearch/state.py repo_root), not the cwd's."""
+    return state.repo_root()
 
 
 def _run(*args: str, env: dict | None = None, input: bytes | None = None, cwd: Path | None = None) -> bytes:

@@ -328,6 +328,76 @@ def test_search_counts_finished_trials_on_stderr(env, state, capsys, tmp_path, m
     assert err.endswith("\r")  # erased at the end: what is printed next starts on a clean line
 
 
+def test_a_search_study_belongs_to_the_model_it_scored(env, state, capsys, tmp_path):
+    """Trials rank one model: a resumed study says so and how many trials it held; a changed model (here a
+    preset edited from 1.46 to 1.7) starts a new study with a new baseline, and a study named for another
+    model is refused, never resumed with its stale trials."""
+    search = ("search", "--space", "compute", "--only", COEF, "--storage", f"sqlite:///{tmp_path / 'optuna.db'}",
+              "--seed", "1", "--trials")
+    baseline = re.compile(r"baseline \(current catalog values, trial 0\): objective (\S+)")
+    code, out, err = run(capsys, *search, "2")
+    assert code == 0, err
+    first = re.search(r"^search: new study (\S+) .* for model (\w+), 2 completed trial\(s\)", out, re.M)
+    assert first and first.group(1) == f"autoresearch-compute-{first.group(2)}", out
+    old_baseline = baseline.search(out).group(1)
+    code, out, err = run(capsys, *search, "1")
+    assert code == 0, err
+    assert f"search: resumed study {first.group(1)} " in out and "already held 2 trial(s)" in out, out
+    assert "3 completed trial(s) in all" in out
+    with pytest.MonkeyPatch.context() as mp:
+        edit_presets(mp, {"stacks.fixture_megatron.k_floor_ms.l4": 1.7})
+        code, out, err = run(capsys, *search, "1")
+        assert code == 0, err
+        second = re.search(r"^search: new study (\S+) .* 1 completed trial\(s\)", out, re.M)
+        assert second and second.group(1) != first.group(1), out
+        assert baseline.search(out).group(1) != old_baseline, "the baseline is the changed model's"
+        code, out, err = run(capsys, *search, "1", "--study", first.group(1))
+    assert code == 2 and not out
+    (line,) = err.strip().splitlines()
+    assert f"study {first.group(1)!r} holds 3 trial(s) scored on model {first.group(2)}" in line
+    assert "pass a new --study NAME, or drop --study" in line
+
+
+def test_ctrl_c_ends_a_search_quietly_with_exit_130_and_its_runs_killed(env, state, tmp_path):
+    """As `validate`, `gate` and the others: a terminal's Ctrl-C (SIGINT to the process group) is exit 130
+    without a traceback, and the search's MLflow runs end KILLED instead of RUNNING until `repair`."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+
+    storage, book = f"sqlite:///{tmp_path / 'optuna.db'}", ledger.Ledger()
+    since = f"tags.run_type = 'trial' and attributes.start_time > {int(time.time() * 1000)}"
+    proc = subprocess.Popen([sys.executable, "-m", "autoresearch", "search", "--space", "compute", "--trials",
+                             "100000", "--storage", storage], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(book.runs(ledger.CALIBRATION, since)) < 3:  # trials are under way
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert (proc.returncode, out, err) == (130, "", ""), err[-3000:]
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    (parent,) = [r for r in book.runs(ledger.CALIBRATION, "tags.run_type = 'search'")
+                 if r.info.run_id == study.user_attrs["mlflow_run_id"]]
+    assert parent.info.status == "KILLED"
+    trials = book.runs(ledger.CALIBRATION, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert trials and {r.info.status for r in trials} <= {"FINISHED", "KILLED"}
+    for r in trials:
+        if r.info.status == "KILLED":  # the trial the Ctrl-C cut short: a failed trial, not a result
+            assert study.trials[int(r.info.run_name.split()[-1])].state.name == "FAIL"
+
+
 # --------------------------------------------------------------------------- ledger contents
 def test_validate_logs_a_run_like_the_other_commands(env, state, capsys):
     book = ledger.Ledger()
@@ -444,6 +514,31 @@ def test_log_keeps_iterations_recorded_on_another_machine(env, state, capsys):
     text = (state / "LOG.md").read_text()
     assert "from another clone" in text and "## Iteration 41: reverted" in text
     assert "from another clone" in render(collect(None))
+
+
+def test_one_state_directory_is_one_numbering_whatever_mlflow_store_its_commands_log_to(env, state, capsys,
+                                                                                       monkeypatch, tmp_path):
+    """Two MLflow stores on one state (another MLFLOW_TRACKING_URI in another shell): the second cannot open
+    an iteration while the first holds one, and never issues a number the state has issued."""
+    here, there = ledger.tracking_uri(), f"sqlite:///{tmp_path / 'other' / 'mlflow.db'}"
+    propose = ("propose", "--hypothesis", "h", "--change-site", COEF, "--expect", "e")
+    code, out, _ = run(capsys, *propose)
+    n = int(re.search(r"opened iteration (\d+)", out).group(1))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", there)
+    code, out, err = run(capsys, *propose)
+    assert code == 2 and not out, out
+    (line,) = err.strip().splitlines()
+    assert f"iteration {n} is open on this state ({state}) in another MLflow ledger, {here}" in line
+    assert f"MLFLOW_TRACKING_URI={here} python -m autoresearch revert" in line
+    code, _, err = run(capsys, "revert", "--reason", "r")
+    assert code == 2 and f"no open iteration to close in this MLflow ledger; iteration {n} is open" in err
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", here)
+    assert run(capsys, "revert", "--reason", "closed where it was opened")[0] == 0
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", there)  # a store that never saw iteration n
+    code, out, _ = run(capsys, *propose)
+    assert code == 0 and f"opened iteration {n + 1} " in out, out
+    assert run(capsys, "revert", "--reason", "r")[0] == 0
+    assert [r["iteration"] for r in ledger.read_iterations()] == [n, n + 1]
 
 
 @pytest.mark.parametrize("site, words", [

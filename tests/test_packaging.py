@@ -142,6 +142,48 @@ def test_autoresearch_from_the_wheel_finds_its_state_or_says_where_to_look(wheel
     assert search.returncode == 2 and "allowlisted spaces: compute" in search.stderr, search.stderr
 
 
+def test_a_state_named_from_outside_its_checkout_meets_the_ledger_and_tree_of_that_checkout(wheel_env, tmp_path):
+    """`hops autoresearch --state CLONE/autoresearch` run from elsewhere and `python -m autoresearch` run inside
+    CLONE are one calibration: one MLflow store (CLONE/mlruns, not ./mlruns of the working directory), one
+    iteration open at a time, never the same iteration number twice, and the clone's git tree for the diff."""
+    import json
+
+    clone = tmp_path / "clone"  # a checkout: git, hops/, autoresearch/ with its golden file and records
+    (clone / "hops").mkdir(parents=True)
+    (clone / "autoresearch" / "golden").mkdir(parents=True)
+    shutil.copy(REPO / "autoresearch" / "golden" / "train.json", clone / "autoresearch" / "golden" / "train.json")
+    (clone / "autoresearch" / "iterations.jsonl").write_text(json.dumps({"iteration": 64, "outcome": "landed"}) + "\n")
+    (clone / ".gitignore").write_text("/mlruns/\n.state.lock\n.open-iteration.json\n")
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.email=t@hops.invalid", "-c", "user.name=t", "commit", "-q", "-m", "clone"]):
+        subprocess.run(["git", *args], cwd=clone, check=True, capture_output=True)
+    env = {k: v for k, v in wheel_env["env"].items() if k != "MLFLOW_TRACKING_URI"}  # the default store
+    site = "stacks.fixture_megatron.k_floor_ms.l4"
+
+    def autoresearch(argv, cwd):
+        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+    outside = autoresearch([wheel_env["hops"], "autoresearch", "propose", "--state", str(clone / "autoresearch"),
+                            "--hypothesis", "outside", "--change-site", site, "--expect", "x"], wheel_env["work"])
+    assert outside.returncode == 0, outside.stdout + outside.stderr
+    assert "opened iteration 65" in outside.stdout
+    assert (clone / "mlruns" / "mlflow.db").is_file() and not (wheel_env["work"] / "mlruns").exists()
+    inside = autoresearch([wheel_env["py"], "-m", "autoresearch", "propose", "--hypothesis", "inside",
+                           "--change-site", site, "--expect", "x"], clone)
+    assert inside.returncode == 2, inside.stdout + inside.stderr
+    (line,) = inside.stderr.strip().splitlines()
+    assert "iteration 65 is open ('outside')" in line
+    closed = autoresearch([wheel_env["hops"], "autoresearch", "revert", "--state", str(clone / "autoresearch"),
+                           "--reason", "done"], wheel_env["work"])
+    assert closed.returncode == 0, closed.stdout + closed.stderr
+    assert "not a git repository" not in closed.stdout and "no diff to save" in closed.stdout
+    inside = autoresearch([wheel_env["py"], "-m", "autoresearch", "propose", "--hypothesis", "inside",
+                           "--change-site", site, "--expect", "x"], clone)
+    assert inside.returncode == 0 and "opened iteration 66" in inside.stdout, inside.stdout + inside.stderr
+    records = [json.loads(x) for x in (clone / "autoresearch" / "iterations.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["outcome"]) for r in records] == [(64, "landed"), (65, "reverted")]
+
+
 def test_hops_sweep_subcommand(wheel_env, tmp_path):
     proc = wheel_env["run"](wheel_env["hops"], "sweep", str(tmp_path))
     assert proc.returncode == 2 and f"no Hydra jobs under {tmp_path}" in proc.stderr

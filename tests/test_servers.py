@@ -318,6 +318,10 @@ def test_calibration_round_on_the_tracking_server(mlflow_server, calibration_env
     cli.ok("propose", "--hypothesis", "the untouched tree holds", "--change-site", "hops/model/compute.py",
            "--expect", "aggregates hold")
     assert "PASS" in cli.ok("gate")
+    code, out, err = cli("admit")  # no change yet: nothing to land
+    assert code == 2 and "changes nothing" in err, out + err
+    compute = repo / "hops" / "model" / "compute.py"
+    compute.write_text(compute.read_text() + "\n# the aggregates hold\n")  # a change that moves no number
     assert "admitted iteration" in cli.ok("admit")
     arscratch.commit(repo, "landed")
     cli.ok("propose", "--hypothesis", "nothing changed", "--change-site", "hops/model/compute.py", "--expect", "no gain")
